@@ -1,0 +1,1 @@
+"""mural: multilingual image-text dual encoders (MURAL, ALIGN) in JAX/Flax."""

@@ -1,0 +1,29 @@
+"""mural: a JAX/Flax trainer for multilingual image-text dual encoders."""
+
+import setuptools
+
+# Version ranges checked to install and import together on Python 3.11 (CPU).
+INSTALL_REQUIRES = [
+    "jax>=0.10,<0.11",
+    "flax>=0.12,<0.13",
+    "optax>=0.2.8,<0.3",
+    "orbax-checkpoint>=0.12,<0.13",
+    "ml-collections>=1.1,<2",
+    "absl-py>=2.5,<3",
+    "tensorflow>=2.21,<2.22",
+    "tensorflow-text>=2.21,<2.22",
+    "tensorflow-datasets>=4.9,<5",
+    "clu>=0.0.12",
+    "numpy>=1.26",
+]
+
+setuptools.setup(
+    name="mural",
+    version="0.1.0",
+    description="Multilingual image-text dual encoders (MURAL, ALIGN) in JAX/Flax.",
+    packages=setuptools.find_packages(include=["mural", "mural.*"]),
+    python_requires=">=3.10",
+    install_requires=INSTALL_REQUIRES,
+    extras_require={"test": ["pytest>=8"]},
+    entry_points={"console_scripts": ["mural=mural.main:run"]},
+)
