@@ -1,0 +1,95 @@
+"""Retrieval metrics: pure NumPy, apart from any code that reads data or models.
+
+Ties count against the model: a candidate scoring equal to the right answer
+ranks ahead of it. A constant scorer therefore gets chance-level recall, not
+a perfect one.
+"""
+
+from typing import Dict, Sequence
+
+import numpy as np
+
+RECALL_KS = (1, 5, 10)
+
+
+def _recall_at(ranks: np.ndarray, ks: Sequence[int]) -> Dict[int, float]:
+  """Percent of queries whose 0-based rank of the first right answer is < k."""
+  return {k: 100.0 * float(np.mean(ranks < k)) for k in ks}
+
+
+def text_to_image_ranks(sim: np.ndarray, text_to_image: np.ndarray) -> np.ndarray:
+  """0-based rank of each text's image among all images.
+
+  Args:
+    sim: [M texts, N images] similarity.
+    text_to_image: [M] index of each text's image.
+  """
+  sim = np.asarray(sim, np.float64)
+  rows = np.arange(sim.shape[0])
+  target = sim[rows, text_to_image]
+  ahead = sim >= target[:, None]
+  ahead[rows, text_to_image] = False
+  return ahead.sum(axis=1)
+
+
+def image_to_text_ranks(sim: np.ndarray, text_to_image: np.ndarray) -> np.ndarray:
+  """0-based rank of each image's best-ranked caption among all texts.
+
+  An image with several captions is answered by whichever ranks highest.
+  Images without any caption are left out (the result has one entry per image
+  that has at least one caption).
+  """
+  sim = np.asarray(sim, np.float64)
+  num_images = sim.shape[1]
+  best = np.full(num_images, -np.inf)
+  np.maximum.at(best, text_to_image, sim[np.arange(sim.shape[0]), text_to_image])
+  relevant = text_to_image[:, None] == np.arange(num_images)[None, :]  # [M, N]
+  ahead = (sim >= best[None, :]) & ~relevant
+  has_caption = np.isfinite(best)
+  return ahead.sum(axis=0)[has_caption]
+
+
+def retrieval_metrics(sim: np.ndarray, text_to_image: np.ndarray,
+                      ks: Sequence[int] = RECALL_KS) -> Dict[str, float]:
+  """Image->text and text->image Recall@K (percent) and their mean, mR.
+
+  mR is the mean of the 2 * len(ks) recalls (MURAL: R@1/5/10 both ways).
+  """
+  text_to_image = np.asarray(text_to_image, np.int64)
+  if sim.ndim != 2 or sim.shape[0] != text_to_image.shape[0]:
+    raise ValueError(f"sim {sim.shape} does not match text_to_image {text_to_image.shape}")
+  if text_to_image.size and (text_to_image.min() < 0 or text_to_image.max() >= sim.shape[1]):
+    raise ValueError(f"text_to_image indices must lie in [0, {sim.shape[1]})")
+  out = {}
+  for k, r in _recall_at(image_to_text_ranks(sim, text_to_image), ks).items():
+    out[f"i2t_R@{k}"] = r
+  for k, r in _recall_at(text_to_image_ranks(sim, text_to_image), ks).items():
+    out[f"t2i_R@{k}"] = r
+  out["mR"] = float(np.mean(list(out.values())))
+  return out
+
+
+def translation_accuracy(sim: np.ndarray) -> Dict[str, float]:
+  """Translation retrieval: row i's translation is column i; percent found at rank 1.
+
+  Returns accuracy both ways (left->right over rows, right->left over columns)
+  and their mean.
+  """
+  sim = np.asarray(sim, np.float64)
+  if sim.ndim != 2 or sim.shape[0] != sim.shape[1]:
+    raise ValueError(f"translation similarity must be square, got {sim.shape}")
+  diag = np.arange(sim.shape[0])
+  l2r = 100.0 * float(np.mean(text_to_image_ranks(sim, diag) == 0))
+  r2l = 100.0 * float(np.mean(text_to_image_ranks(sim.T, diag) == 0))
+  return {"l2r_acc": l2r, "r2l_acc": r2l, "acc": (l2r + r2l) / 2}
+
+
+def chance_recall(num_candidates: int, k: int, num_relevant: int = 1) -> float:
+  """Expected Recall@k (percent) of a random ranking with `num_relevant` right answers."""
+  if k >= num_candidates:
+    return 100.0
+  # P(no relevant item among the top k) for a random permutation.
+  miss = 1.0
+  for i in range(num_relevant):
+    miss *= (num_candidates - k - i) / (num_candidates - i)
+  return 100.0 * (1.0 - max(miss, 0.0))

@@ -1,0 +1,95 @@
+"""Recall maths against a brute-force reference and hand-computed cases."""
+
+import numpy as np
+import pytest
+
+from mural import metrics
+
+
+def brute_force_recalls(sim, text_to_image, ks=(1, 5, 10)):
+  """Loops over queries, sorting candidates (ties broken against the answer)."""
+  m, n = sim.shape
+  out = {}
+  i2t_hits = {k: [] for k in ks}
+  for img in range(n):
+    relevant = [t for t in range(m) if text_to_image[t] == img]
+    if not relevant:
+      continue
+    # Sort descending; among equal scores irrelevant texts come first (pessimistic).
+    order = sorted(range(m), key=lambda t: (-sim[t, img], t in relevant))
+    first = min(order.index(t) for t in relevant)
+    for k in ks:
+      i2t_hits[k].append(first < k)
+  t2i_hits = {k: [] for k in ks}
+  for t in range(m):
+    order = sorted(range(n), key=lambda j: (-sim[t, j], j == text_to_image[t]))
+    rank = order.index(text_to_image[t])
+    for k in ks:
+      t2i_hits[k].append(rank < k)
+  for k in ks:
+    out[f"i2t_R@{k}"] = 100.0 * np.mean(i2t_hits[k])
+    out[f"t2i_R@{k}"] = 100.0 * np.mean(t2i_hits[k])
+  out["mR"] = np.mean([out[f"{d}_R@{k}"] for d in ("i2t", "t2i") for k in ks])
+  return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_retrieval_metrics_match_brute_force(seed):
+  rng = np.random.default_rng(seed)
+  n_images = 23
+  text_to_image = np.concatenate([np.arange(n_images), rng.integers(0, n_images, 20)])
+  sim = rng.normal(size=(len(text_to_image), n_images))
+  sim[:, 3] = sim[:, 4]  # Ties between images ...
+  sim[5] = sim[6]  # ... and between texts.
+  sim = np.round(sim, 1)  # Plenty more ties.
+  got = metrics.retrieval_metrics(sim, text_to_image)
+  want = brute_force_recalls(sim, text_to_image)
+  assert got.keys() == want.keys()
+  for key in want:
+    assert got[key] == pytest.approx(want[key]), key
+
+
+def test_hand_computed_case():
+  # 3 images, 4 texts: texts 0,1 -> image 0, text 2 -> image 1, text 3 -> image 2.
+  sim = np.array([[0.9, 0.1, 0.0],
+                  [0.2, 0.8, 0.1],
+                  [0.3, 0.7, 0.2],
+                  [0.4, 0.5, 0.6]])
+  t2i = np.array([0, 0, 1, 2])
+  got = metrics.retrieval_metrics(sim, t2i, ks=(1, 2))
+  # t2i ranks: text0 0, text1 1 (0.8 > 0.2), text2 0, text3 0 -> R@1 75, R@2 100.
+  assert got["t2i_R@1"] == pytest.approx(75.0)
+  assert got["t2i_R@2"] == pytest.approx(100.0)
+  # i2t: image0 best caption text0 (0.9) rank 0; image1 text2 (0.7) behind text1 (0.8) -> 1;
+  # image2 text3 (0.6) rank 0.
+  assert got["i2t_R@1"] == pytest.approx(200 / 3)
+  assert got["i2t_R@2"] == pytest.approx(100.0)
+
+
+def test_constant_scores_give_chance_not_perfect_recall():
+  sim = np.zeros((10, 10))
+  got = metrics.retrieval_metrics(sim, np.arange(10))
+  assert got["t2i_R@1"] == 0.0 and got["i2t_R@10"] == 100.0
+
+
+def test_translation_accuracy():
+  sim = np.eye(4)
+  sim[1, 2] = 2.0  # Left 1 prefers right 2; right 2 still prefers left 2 (1.0 < 2.0? no: column 2).
+  got = metrics.translation_accuracy(sim)
+  assert got["l2r_acc"] == pytest.approx(75.0)
+  # Column 2: left 1 scores 2.0 > left 2's 1.0, so right 2 -> left 2 fails too.
+  assert got["r2l_acc"] == pytest.approx(75.0)
+  with pytest.raises(ValueError, match="square"):
+    metrics.translation_accuracy(np.zeros((2, 3)))
+
+
+def test_bad_indices_are_a_clear_error():
+  with pytest.raises(ValueError, match="indices"):
+    metrics.retrieval_metrics(np.zeros((2, 2)), np.array([0, 2]))
+
+
+def test_chance_recall_matches_simulation():
+  rng = np.random.default_rng(0)
+  hits = [(rng.permutation(20)[:5] < 2).any() for _ in range(20000)]
+  assert metrics.chance_recall(20, 5, num_relevant=2) == pytest.approx(100 * np.mean(hits), abs=1.0)
+  assert metrics.chance_recall(100, 1) == pytest.approx(1.0)
