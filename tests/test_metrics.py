@@ -74,7 +74,7 @@ def test_constant_scores_give_chance_not_perfect_recall():
 
 def test_translation_accuracy():
   sim = np.eye(4)
-  sim[1, 2] = 2.0  # Left 1 prefers right 2; right 2 still prefers left 2 (1.0 < 2.0? no: column 2).
+  sim[1, 2] = 2.0  # Left 1 now prefers right 2 over its own translation.
   got = metrics.translation_accuracy(sim)
   assert got["l2r_acc"] == pytest.approx(75.0)
   # Column 2: left 1 scores 2.0 > left 2's 1.0, so right 2 -> left 2 fails too.
