@@ -1,0 +1,209 @@
+"""Multilingual wordpiece tokenizer (tensorflow_text), usable inside tf.data.
+
+Normalisation (the same for vocab learning and tokenizing, see `normalize`):
+`tensorflow_text.case_fold_utf8`, i.e. Unicode NFKC_Casefold: NFKC (full-width
+forms, ligatures and compatibility characters fold to their plain form,
+composed and decomposed accents become the same string) plus full case folding
+('Straße' -> 'strasse'). Accents and other combining marks are KEPT: BERT's
+`lower_case=True` strips every nonspacing mark after NFD, which merges Czech
+'byt'/'být' and deletes Devanagari vowel signs and viramas (Hindi 'लड़की'
+would lose its matras) and Arabic harakat. NFKC_Casefold also drops default
+ignorable code points (e.g. ZWJ/ZWNJ, soft hyphen).
+
+Word splitting and wordpieces: `tensorflow_text.BertTokenizer` with
+`lower_case=False` (we fold case ourselves): splits on whitespace and
+punctuation, makes every CJK ideograph its own word (Japanese kana runs and
+Hangul stay whole words and are split by wordpiece), then greedy longest-match
+wordpiece with '##' continuation pieces. `split_unknown_characters=True`: a
+character missing from the vocab becomes one [UNK] piece and the rest of the
+word is still tokenized (instead of the whole word becoming [UNK]).
+
+Ids: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4; every sequence is
+[CLS] pieces... [SEP] [PAD]..., truncated so that [SEP] stays last.
+"""
+
+import collections
+import os
+from typing import Iterable, Optional, Sequence, Union
+
+import tensorflow as tf
+import tensorflow_text as tft
+from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset as bert_vocab
+
+PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
+RESERVED_TOKENS = (PAD, UNK, CLS, SEP, MASK)  # Their ids are their positions.
+PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = range(len(RESERVED_TOKENS))
+SUFFIX = "##"
+MAX_BYTES_PER_WORD = 200  # Longer words become [UNK] (BERT uses 100; kana runs are long).
+
+# The BertTokenizer options shared by vocab learning and tokenizing.
+_BERT_PARAMS = dict(lower_case=False, keep_whitespace=False, normalization_form=None)
+
+
+def normalize(texts: tf.Tensor) -> tf.Tensor:
+  """NFKC_Casefold, keeping accents (see module docstring); graph-mode safe."""
+  return tft.case_fold_utf8(texts)
+
+
+def _as_dataset(texts: Union[tf.data.Dataset, Iterable[str]]) -> tf.data.Dataset:
+  if isinstance(texts, tf.data.Dataset):
+    spec = texts.element_spec
+    if not isinstance(spec, tf.TensorSpec) or spec.dtype != tf.string:
+      raise ValueError(f"build_vocab: the dataset must hold tf.string tensors, got element_spec {spec}")
+    return texts.unbatch() if spec.shape.rank else texts
+  if isinstance(texts, (str, bytes)):
+    raise ValueError("build_vocab: texts must be an iterable of strings, not one string")
+
+  def gen():
+    for t in texts:
+      yield t
+
+  return tf.data.Dataset.from_generator(gen, output_signature=tf.TensorSpec([], tf.string))
+
+
+def build_vocab(texts: Union[tf.data.Dataset, Iterable[str]],
+                vocab_size: int,
+                path: str,
+                *,
+                max_unique_chars: int = 3000,
+                lower_thresh: int = 2,
+                batch_size: int = 1024) -> list:
+  """Learns a wordpiece vocab of at most `vocab_size` tokens and writes it to `path`.
+
+  `texts`: a tf.data.Dataset of tf.string (scalars or batches) or a Python
+  iterable of str. `max_unique_chars`: the alphabet size kept as single
+  character pieces; CJK needs thousands (BERT's 1000 default drops rare
+  ideographs, and words holding them, from learning). `lower_thresh`: the
+  smallest token count the learner's threshold search may reach.
+  Returns the vocab (a list of str, reserved tokens first).
+  """
+  if vocab_size <= len(RESERVED_TOKENS):
+    raise ValueError(f"build_vocab: vocab_size {vocab_size} leaves no room beyond the reserved tokens")
+  ds = _as_dataset(texts).batch(batch_size).map(normalize)
+  vocab = bert_vocab.bert_vocab_from_dataset(
+      ds, vocab_size=vocab_size, reserved_tokens=list(RESERVED_TOKENS),
+      bert_tokenizer_params=_BERT_PARAMS,
+      learn_params=dict(max_unique_chars=max_unique_chars, lower_thresh=lower_thresh))
+  if len(vocab) <= len(RESERVED_TOKENS):
+    raise ValueError("build_vocab: the texts hold no words (empty input?)")
+  # The learner can overshoot vocab_size (it adds '##c' for every character c).
+  # Its list is reserved tokens, then characters, then learned pieces by falling
+  # count (with the '##c' among them): drop the rarest learned multi-character
+  # pieces; every 'c' / '##c' stays, so every word can still back off to them.
+  if len(vocab) > vocab_size:
+    fixed = [i < len(RESERVED_TOKENS) or len(t.removeprefix(SUFFIX)) == 1 for i, t in enumerate(vocab)]
+    budget = vocab_size - sum(fixed)
+    if budget < 0:
+      raise ValueError(f"build_vocab: {sum(fixed) - len(RESERVED_TOKENS)} character pieces alone exceed "
+                       f"vocab_size {vocab_size}; raise vocab_size or lower max_unique_chars")
+    kept = []
+    for tok, is_fixed in zip(vocab, fixed):
+      if is_fixed or budget > 0:
+        kept.append(tok)
+        budget -= 0 if is_fixed else 1
+    vocab = kept
+  save_vocab(vocab, path)
+  return vocab
+
+
+def save_vocab(vocab: Sequence[str], path: str) -> None:
+  """One token per line, id = line number (written atomically)."""
+  for tok in vocab:
+    if not tok or "\n" in tok or tok != tok.strip():
+      raise ValueError(f"save_vocab: token {tok!r} cannot be stored one per line")
+  parent = os.path.dirname(path)
+  if parent:
+    tf.io.gfile.makedirs(parent)
+  tmp = path + ".tmp"
+  with tf.io.gfile.GFile(tmp, "w") as f:
+    f.write("".join(t + "\n" for t in vocab))
+  tf.io.gfile.rename(tmp, path, overwrite=True)
+
+
+def load_vocab(path: str) -> list:
+  """Reads a vocab file and checks the reserved tokens sit at their ids."""
+  if not tf.io.gfile.exists(path):
+    raise ValueError(f"vocab file {path} does not exist")
+  with tf.io.gfile.GFile(path, "r") as f:
+    vocab = [line.rstrip("\n") for line in f]
+  while vocab and vocab[-1] == "":
+    vocab.pop()
+  for i, tok in enumerate(RESERVED_TOKENS):
+    if i >= len(vocab) or vocab[i] != tok:
+      got = vocab[i] if i < len(vocab) else "<end of file>"
+      raise ValueError(f"vocab file {path}: line {i + 1} must be {tok}, got {got!r}")
+  dupes = [t for t, n in collections.Counter(vocab).items() if n > 1]
+  if dupes:
+    raise ValueError(f"vocab file {path}: duplicate tokens {dupes[:5]}")
+  if "" in vocab:
+    raise ValueError(f"vocab file {path}: empty line {vocab.index('') + 1}")
+  return vocab
+
+
+class Tokenizer:
+  """Text -> fixed-length (ids, mask); built once, then called in tf.data maps."""
+
+  def __init__(self, vocab_path: str, max_len: int):
+    if max_len < 3:
+      raise ValueError(f"Tokenizer: max_len {max_len} must be >= 3 ([CLS] token [SEP])")
+    self.vocab_path = vocab_path
+    self.max_len = max_len
+    self.vocab = load_vocab(vocab_path)
+    self._ids = {t: i for i, t in enumerate(self.vocab)}
+    init = tf.lookup.KeyValueTensorInitializer(
+        tf.constant(self.vocab), tf.range(len(self.vocab), dtype=tf.int64))
+    self._table = tf.lookup.StaticHashTable(init, default_value=UNK_ID)
+    self._bert = tft.BertTokenizer(
+        self._table, suffix_indicator=SUFFIX, max_bytes_per_word=MAX_BYTES_PER_WORD,
+        token_out_type=tf.int64, unknown_token=UNK, split_unknown_characters=True,
+        **_BERT_PARAMS)
+
+  @property
+  def vocab_size(self) -> int:
+    return len(self.vocab)
+
+  def wordpieces(self, strings: tf.Tensor) -> tf.RaggedTensor:
+    """[N] strings -> ragged [N, (pieces)] int64 ids, no specials, no truncation."""
+    return self._bert.tokenize(normalize(strings)).merge_dims(-2, -1)
+
+  def tokenize(self, strings: tf.Tensor):
+    """[N] (or scalar) tf.string -> (ids int32 [N, max_len], mask int32 [N, max_len]).
+
+    Graph-mode safe (tf.data map, tf.function). mask is 1 on [CLS], the
+    pieces and [SEP], 0 on padding.
+    """
+    strings = tf.convert_to_tensor(strings, dtype=tf.string)
+    scalar = strings.shape.rank == 0
+    if scalar:
+      strings = strings[tf.newaxis]
+    elif strings.shape.rank != 1:
+      raise ValueError(f"Tokenizer.tokenize: expected a scalar or [N] strings, got shape {strings.shape}")
+    pieces = self.wordpieces(strings)[:, :self.max_len - 2]
+    n = tf.shape(strings, out_type=tf.int64)[:1]
+    cls = tf.fill(tf.concat([n, [1]], 0), tf.constant(CLS_ID, tf.int64))
+    sep = tf.fill(tf.concat([n, [1]], 0), tf.constant(SEP_ID, tf.int64))
+    seq = tf.concat([cls, pieces, sep], axis=1)
+    ids, mask = tft.pad_model_inputs(seq, max_seq_length=self.max_len, pad_value=PAD_ID)
+    ids, mask = tf.cast(ids, tf.int32), tf.cast(mask, tf.int32)
+    if scalar:
+      return ids[0], mask[0]
+    return ids, mask
+
+  def __call__(self, strings):
+    return self.tokenize(strings)
+
+  def detokenize(self, ids, mask=None) -> list:
+    """ids [N, L] -> N strings of space-joined words, special tokens dropped (for inspection)."""
+    ids = tf.cast(ids, tf.int64)
+    keep = ids >= len(RESERVED_TOKENS)
+    keep = tf.logical_or(keep, tf.equal(ids, UNK_ID))
+    if mask is not None:
+      keep = tf.logical_and(keep, tf.cast(mask, tf.bool))
+    words = self._bert.detokenize(tf.ragged.boolean_mask(ids, keep))
+    return [" ".join(w.decode("utf-8") for w in row) for row in words.to_list()]
+
+  def id_to_token(self, i: int) -> str:
+    return self.vocab[i]
+
+  def token_to_id(self, token: str) -> Optional[int]:
+    return self._ids.get(token)
