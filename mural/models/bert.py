@@ -1,0 +1,109 @@
+"""BERT encoder (Devlin et al. 2019) as a text tower.
+
+Post-LN transformer with GELU MLPs, learned position embeddings and a padding
+mask; the text embedding is the output at position 0 ([CLS]). There are no
+token-type (segment) embeddings: every input is a single segment.
+
+The token table may be factorised (ALBERT-style, as in MURAL-LARGE): a
+vocab x token_embed_dim table projected by a Dense to hidden_dim, which cuts
+250k x 1024 to 250k x 256 + 256 x 1024. Parameter names under `token_*` are
+what `mural.describe` counts as token embeddings.
+"""
+
+from typing import Any
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+_init = nn.initializers.truncated_normal(0.02)  # BERT's initializer range.
+
+
+def _named(init, names):
+  return nn.with_logical_partitioning(init, names)
+
+
+def _dense(features, in_name, out_name, name, **kw):
+  return nn.Dense(features, name=name, kernel_init=_named(_init, (in_name, out_name)),
+                  bias_init=_named(nn.initializers.zeros, (out_name,)), **kw)
+
+
+def _layer_norm(name, **kw):
+  return nn.LayerNorm(epsilon=1e-12, name=name,
+                      scale_init=_named(nn.initializers.ones, ("norm",)),
+                      bias_init=_named(nn.initializers.zeros, ("norm",)), **kw)
+
+
+class EncoderLayer(nn.Module):
+  """Post-LN: x = LN(x + Attn(x)); x = LN(x + MLP(x))."""
+  num_heads: int
+  mlp_dim: int
+  dropout_rate: float
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, attention_mask, train: bool):
+    kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
+    hidden = x.shape[-1]
+    drop = lambda y: nn.Dropout(self.dropout_rate, deterministic=not train)(y)
+    y = nn.MultiHeadDotProductAttention(
+        num_heads=self.num_heads, dropout_rate=self.dropout_rate, deterministic=not train,
+        kernel_init=_named(_init, ("embed", "heads", "kv")),
+        bias_init=_named(nn.initializers.zeros, ("heads", "kv")),
+        out_kernel_init=_named(_init, ("heads", "kv", "embed")),
+        out_bias_init=_named(nn.initializers.zeros, ("embed",)),
+        force_fp32_for_softmax=True, name="attention", **kw)(x, x, mask=attention_mask)
+    x = _layer_norm("attention_norm", **kw)(x + drop(y))
+    y = _dense(self.mlp_dim, "embed", "mlp", "mlp_in", **kw)(x)
+    y = _dense(hidden, "mlp", "embed", "mlp_out", **kw)(nn.gelu(y, approximate=False))
+    return _layer_norm("mlp_norm", **kw)(x + drop(y))
+
+
+class Bert(nn.Module):
+  """Returns ([CLS] output [B, hidden_dim], {'sequence': [B, L, hidden_dim]})."""
+  vocab_size: int
+  token_embed_dim: int
+  hidden_dim: int
+  num_layers: int
+  num_heads: int
+  mlp_dim: int
+  max_len: int
+  dropout_rate: float = 0.1
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
+
+  @property
+  def output_dim(self) -> int:
+    return self.hidden_dim
+
+  @nn.compact
+  def __call__(self, ids, mask, train: bool):
+    if ids.shape[1] > self.max_len:
+      raise ValueError(f"text length {ids.shape[1]} exceeds config.model.text.max_len "
+                       f"{self.max_len}")
+    kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
+    factorised = self.token_embed_dim < self.hidden_dim
+    x = nn.Embed(self.vocab_size, self.token_embed_dim, name="token_embed",
+                 embedding_init=_named(_init, ("vocab", "token_embed" if factorised else "embed")),
+                 **kw)(ids)
+    if factorised:
+      x = _dense(self.hidden_dim, "token_embed", "embed", "token_proj", **kw)(x)
+    positions = self.param("position_embed", _named(_init, ("position", "embed")),
+                           (self.max_len, self.hidden_dim), self.param_dtype)
+    x = x + positions[None, :ids.shape[1]].astype(x.dtype)
+    x = _layer_norm("embed_norm", **kw)(x)
+    x = nn.Dropout(self.dropout_rate, deterministic=not train)(x)
+    attention_mask = nn.make_attention_mask(mask > 0, mask > 0)
+    for i in range(self.num_layers):
+      x = EncoderLayer(self.num_heads, self.mlp_dim, self.dropout_rate,
+                       name=f"layer_{i}", **kw)(x, attention_mask, train)
+    return x[:, 0], {"sequence": x}
+
+
+def from_config(text_config, dtype, param_dtype) -> Bert:
+  """config.model.text -> Bert."""
+  t = text_config
+  return Bert(vocab_size=t.vocab_size, token_embed_dim=t.token_embed_dim,
+              hidden_dim=t.hidden_dim, num_layers=t.num_layers, num_heads=t.num_heads,
+              mlp_dim=t.mlp_dim, max_len=t.max_len, dropout_rate=t.dropout_rate,
+              dtype=dtype, param_dtype=param_dtype)

@@ -1,0 +1,68 @@
+"""describe() on the paper configs: counts near the MURAL paper's, shapes only."""
+
+import functools
+import importlib.util
+import json
+import pathlib
+
+import pytest
+
+from mural import config_lib
+from mural import describe
+
+CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
+
+# MURAL paper 3.2 / A.1, in millions: image tower, token embeddings, total.
+PAPER = {
+    "align_base": (30, 192, 300),
+    "mural_base": (30, 192, 300),
+    "mural_large": (66, 64, 430),
+    "align_l2": (480, 64, 840),
+}
+
+
+@functools.cache
+def counts_of(name):
+  return describe.describe(load_config(name))
+
+
+def load_config(name):
+  spec = importlib.util.spec_from_file_location(f"configs_{name}", CONFIGS / f"{name}.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config()
+
+
+@pytest.mark.parametrize("name", sorted(PAPER))
+def test_paper_configs_match_paper_param_counts(name):
+  counts = counts_of(name)
+  json.dumps(counts)  # main.py prints it.
+  image, tokens, total = PAPER[name]
+  for key, paper in (("image_tower", image), ("token_embeddings", tokens), ("total", total)):
+    assert abs(counts[key] / 1e6 - paper) <= 0.1 * paper, (key, counts[key])
+  assert counts["total"] == (counts["image_tower"] + counts["token_embeddings"]
+                             + counts["text_encoder"] + counts["heads"] + 1)  # + temperature.
+
+
+def test_transformer_sizes():
+  base, large = counts_of("mural_base"), counts_of("mural_large")
+  # BERT-Base: 12 x 7.08M layers + 64 x 768 positions + LN = 85.1M (paper: 78M).
+  assert base["text_encoder"] == 12 * 7_087_872 + 64 * 768 + 2 * 768
+  assert abs(large["text_encoder"] / 1e6 - 300) <= 0.1 * 300  # BERT-Large, paper 300M.
+  assert base["heads"] == 2 * (768 * 512 + 512)  # MURAL: i2t and t2t heads.
+  assert counts_of("align_base")["heads"] == 768 * 512 + 512  # i2t only.
+
+
+def test_config_errors_are_one_line():
+  config = load_config("mural_large")
+  config.model.heads.embed_dim = 512  # B7 pools to 640.
+  with pytest.raises(config_lib.ConfigError, match=r"^config\.model\.heads\.embed_dim: .*640"):
+    describe.describe(config)
+  config = load_config("mural_base")
+  config.model.text.num_heads = 7
+  with pytest.raises(config_lib.ConfigError, match=r"^config\.model\.text\.num_heads: "):
+    describe.describe(config)
+  config = load_config("align_base")
+  config.model.image.width_coefficient = -1.0
+  with pytest.raises(config_lib.ConfigError, match=r"^config\.model\.image\.width_coefficient: "):
+    describe.describe(config)

@@ -1,0 +1,349 @@
+"""Towers, heads and the dual encoder on tiny configs (CPU), checked by hand.
+
+Initialising on CPU is compile-bound (~0.1 s per random initializer), so one
+tiny model is initialised per module and shapes are read with jax.eval_shape
+wherever values are not needed.
+"""
+
+import functools
+import importlib.util
+import math
+import pathlib
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import special
+
+from mural import config_lib
+from mural import models
+from mural.models import bert
+from mural.models import efficientnet
+from mural.models import heads
+
+CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
+LOGICAL_NAMES = {"vocab", "token_embed", "embed", "mlp", "heads", "kv", "position", "proj",
+                 "conv_in", "conv_out", "norm", None}
+
+
+def load_config(name):
+  spec = importlib.util.spec_from_file_location(f"configs_{name}", CONFIGS / f"{name}.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config()
+
+
+def _count(tree):
+  return sum(math.prod(x.shape) for x in jax.tree.leaves(tree))
+
+
+def run(module, variables, *args, **kwargs):
+  """module.apply under jit: eager apply compiles op by op, far slower on CPU."""
+  return jax.jit(functools.partial(module.apply, **kwargs))(variables, *args)
+
+
+def init(module, *args, **kwargs):
+  return jax.jit(functools.partial(module.init, **kwargs))(jax.random.key(0), *args)
+
+
+def _batch(config, b=3, seed=0):
+  rng = np.random.default_rng(seed)
+  size, length = config.data.image_size, config.model.text.max_len
+  lengths = rng.integers(2, length + 1, size=(3, b))
+
+  def text(lens):
+    mask = (np.arange(length)[None] < lens[:, None]).astype(np.int32)
+    ids = rng.integers(5, config.model.text.vocab_size, size=(b, length)) * mask
+    return jnp.asarray(ids, jnp.int32), jnp.asarray(mask)
+
+  batch = {"image": jnp.asarray(rng.normal(size=(b, size, size, 3)), jnp.float32)}
+  batch["text_ids"], batch["text_mask"] = text(lengths[0])
+  batch["left_ids"], batch["left_mask"] = text(lengths[1])
+  batch["right_ids"], batch["right_mask"] = text(lengths[2])
+  return batch
+
+
+@pytest.fixture(scope="module")
+def tiny():
+  """(config, model, variables, batch, eval outputs) of configs/tiny.py, made once."""
+  config = load_config("tiny")
+  config_lib.validate(config)
+  model = models.build_model(config.model)
+  batch = _batch(config)
+  variables = init(model, batch, train=False)
+  return config, model, variables, batch, run(model, variables, batch, train=False)
+
+
+# ---- EfficientNet --------------------------------------------------------
+
+def test_round_filters_and_repeats_match_the_reference():
+  assert [efficientnet.round_filters(320, w) for w in (1.0, 1.6, 2.0, 4.3)] == [320, 512, 640, 1376]
+  assert efficientnet.round_filters(40, 0.25) == 16  # 8 would round down by > 10%.
+  assert efficientnet.round_filters(32, 0.1) == 8  # Never below the divisor.
+  assert [efficientnet.round_repeats(r, 3.1) for r in (1, 2, 3, 4)] == [4, 7, 10, 13]
+  b7 = efficientnet.EfficientNet(2.0, 3.1, 0.5)
+  assert len(b7.blocks()) == 55 and b7.output_dim == 640
+
+
+@pytest.mark.parametrize("variant,expected,tolerance", [
+    ("b0", 5_288_548, 0.02),  # Reference trainable count, 5.3M.
+    ("b7", 66_347_960, 0.03),  # Reference trainable count, 66M.
+])
+def test_efficientnet_with_head_and_classifier_param_count(variant, expected, tolerance):
+  config = config_lib.base_config().model.image
+  config.variant, config.include_head, config.num_classes = variant, True, 1000
+  net = efficientnet.from_config(config, jnp.float32, jnp.float32)
+  shapes = jax.eval_shape(lambda: net.init(jax.random.key(0), jnp.zeros((1, 64, 64, 3)),
+                                           train=False))
+  count = _count(shapes["params"])
+  assert abs(count - expected) <= tolerance * expected
+  assert count == expected  # Same blocks as the TF reference, to the parameter.
+
+
+def test_efficientnet_head_and_classifier_shapes():
+  net = efficientnet.EfficientNet(0.25, 0.25, 0.2, include_head=True, num_classes=7)
+  variables = jax.eval_shape(lambda: net.init(jax.random.key(0), jnp.zeros((2, 32, 32, 3)),
+                                              train=False))
+  features, aux = jax.eval_shape(lambda v: net.apply(v, jnp.zeros((2, 32, 32, 3)), train=False),
+                                 variables)
+  assert features.shape == (2, 320) and net.output_dim == 320  # round_filters(1280, 0.25).
+  assert aux["logits"].shape == (2, 7) and aux["logits"].dtype == jnp.float32
+
+
+def test_efficientnet_shapes_and_batch_norm_train_vs_eval(tiny):
+  config, model, variables, batch, _ = tiny
+  tower = model.image_tower.clone(stochastic_depth_rate=0.0)
+  v = {"params": variables["params"]["image_tower"],
+       "batch_stats": variables["batch_stats"]["image_tower"]}
+  images = batch["image"]
+
+  eval_out, aux = run(tower, v, images, train=False)
+  assert eval_out.shape == (3, config.model.heads.embed_dim) and eval_out.dtype == jnp.float32
+  assert aux == {}
+
+  (train_out, _), state = run(
+      tower, v, images, train=True, mutable=["batch_stats", "intermediates"],
+      capture_intermediates=lambda mdl, _: mdl.name == "stem_conv")
+  # Training normalises with the batch's statistics, so outputs differ from eval.
+  assert not np.allclose(train_out, eval_out, atol=1e-3)
+  # Running stats move with momentum 0.99 toward the batch statistics.
+  stem = np.asarray(state["intermediates"]["stem_conv"]["__call__"][0], np.float64)
+  new = state["batch_stats"]["stem_bn"]
+  np.testing.assert_allclose(new["mean"], 0.01 * stem.mean(axis=(0, 1, 2)), rtol=1e-4, atol=1e-6)
+  np.testing.assert_allclose(new["var"], 0.99 + 0.01 * stem.var(axis=(0, 1, 2)), rtol=1e-4)
+  # Eval uses the running stats: each example is independent of the rest of the batch...
+  np.testing.assert_allclose(run(tower, v, images[:1], train=False)[0], eval_out[:1],
+                             rtol=1e-5, atol=1e-5)
+  # ... while in training it is not.
+  train_one = run(tower, v, images[:1], train=True, mutable=["batch_stats"])[0][0]
+  assert not np.allclose(train_one, train_out[:1], atol=1e-3)
+  # And eval reads the updated running stats.
+  updated = {"params": v["params"], "batch_stats": state["batch_stats"]}
+  assert not np.allclose(run(tower, updated, images, train=False)[0], eval_out, atol=1e-4)
+
+
+def test_drop_connect_drops_whole_residual_branches():
+  block = efficientnet.MBConv(8, 8, kernel=3, stride=1, expand_ratio=2, se_ratio=0.25,
+                              drop_connect_rate=0.5)
+  x = jax.random.normal(jax.random.key(1), (64, 4, 4, 8))
+  v = init(block, x, train=False)
+  out, _ = run(block, v, x, train=True, rngs={"dropout": jax.random.key(2)},
+                       mutable=["batch_stats"])
+  full, _ = run(block.clone(drop_connect_rate=0.0), v, x, train=True, mutable=["batch_stats"])
+  assert np.abs(full - x).max() > 1e-3
+  # Each example either keeps its whole branch (scaled by 1 / keep) or drops it.
+  kept = np.all(np.isclose(out - x, 2 * (full - x), atol=1e-5), axis=(1, 2, 3))
+  dropped = np.all(np.isclose(out, x, atol=1e-6), axis=(1, 2, 3))
+  assert np.all(kept ^ dropped) and 10 < kept.sum() < 54
+
+
+def test_drop_connect_rate_grows_with_block_index():
+  rates = [b["drop_connect_rate"] for b in efficientnet.EfficientNet(1.0, 1.0, 0.2, 0.2).blocks()]
+  np.testing.assert_allclose(rates, [0.2 * i / 16 for i in range(16)])
+
+
+# ---- BERT ----------------------------------------------------------------
+
+def test_bert_param_count_matches_hand_formula():
+  vocab, e, h, layers, mlp, max_len = 50, 8, 16, 3, 24, 10
+  net = bert.Bert(vocab, e, h, layers, 4, mlp, max_len)
+  ids = jnp.zeros((1, max_len), jnp.int32)
+  params = nn.unbox(jax.eval_shape(lambda: net.init(jax.random.key(0), ids, ids,
+                                                    train=False))["params"])
+  embeddings = vocab * e + (e * h + h) + max_len * h + 2 * h  # Table, projection, positions, LN.
+  layer = 4 * (h * h + h) + (h * mlp + mlp) + (mlp * h + h) + 2 * 2 * h
+  assert _count(params) == embeddings + layers * layer
+  assert params["token_embed"]["embedding"].shape == (vocab, e)
+
+
+def test_bert_shapes_and_padding_does_not_change_cls(tiny):
+  config, model, variables, batch, _ = tiny
+  tower = model.text_tower
+  v = {"params": variables["params"]["text_tower"]}
+  ids, mask = batch["text_ids"][:, :10], batch["text_mask"][:, :10]
+  cls, aux = run(tower, v, ids, mask, train=False)
+  assert cls.shape == (3, 64) and cls.dtype == jnp.float32
+  assert aux["sequence"].shape == (3, 10, 64)
+  # Append 6 pad positions holding arbitrary ids with mask 0.
+  pad_ids = jnp.concatenate([ids, jnp.full((3, 6), 7, jnp.int32)], axis=1)
+  pad_mask = jnp.concatenate([mask, jnp.zeros((3, 6), jnp.int32)], axis=1)
+  np.testing.assert_allclose(run(tower, v, pad_ids, pad_mask, train=False)[0], cls,
+                             rtol=1e-5, atol=1e-5)
+  # The same ids with the mask on do change [CLS]: the mask is what keeps them out.
+  assert not np.allclose(run(tower, v, pad_ids, jnp.ones_like(pad_mask), train=False)[0],
+                         cls, atol=1e-4)
+  with pytest.raises(ValueError, match="max_len"):
+    run(tower, v, jnp.zeros((1, 17), jnp.int32), jnp.ones((1, 17), jnp.int32), train=False)
+
+
+def test_factorised_token_embedding_is_projected():
+  config = load_config("tiny").model.text
+  config.token_embed_dim = 16
+  net = bert.from_config(config, jnp.float32, jnp.float32)
+  ids = jnp.zeros((2, 16), jnp.int32)
+  variables = jax.eval_shape(lambda: net.init(jax.random.key(0), ids, ids, train=False))
+  params = nn.unbox(variables["params"])
+  assert params["token_embed"]["embedding"].shape == (1000, 16)
+  assert params["token_proj"]["kernel"].shape == (16, 64)
+  assert nn.get_partition_spec(variables)["params"]["token_embed"]["embedding"] == \
+      jax.sharding.PartitionSpec("vocab", "token_embed")
+
+
+# ---- Heads ---------------------------------------------------------------
+
+def test_dense_and_mlp_heads_against_numpy():
+  config = config_lib.base_config().model.heads
+  config.embed_dim, config.mlp_hidden_dim = 6, 10
+  x = jax.random.normal(jax.random.key(0), (4, 8))
+  dense = heads.from_config(config, jnp.float32, jnp.float32)
+  v = init(dense, x)
+  p = jax.tree.map(np.asarray, nn.unbox(v["params"]))
+  assert _count(p) == 8 * 6 + 6
+  np.testing.assert_allclose(run(dense, v, x), np.asarray(x) @ p["dense"]["kernel"]
+                             + p["dense"]["bias"], rtol=1e-5, atol=1e-6)
+
+  config.kind = "mlp"
+  mlp = heads.from_config(config, jnp.float32, jnp.float32)
+  v = init(mlp, x)
+  p = jax.tree.map(lambda a: np.asarray(a, np.float64), nn.unbox(v["params"]))
+  assert _count(p) == 8 * 10 + 10 + 10 * 6 + 6
+  hidden = np.asarray(x, np.float64) @ p["hidden"]["kernel"] + p["hidden"]["bias"]
+  hidden = 0.5 * hidden * (1 + special.erf(hidden / np.sqrt(2)))
+  np.testing.assert_allclose(run(mlp, v, x), hidden @ p["out"]["kernel"] + p["out"]["bias"],
+                             rtol=1e-5, atol=1e-5)
+
+  config.kind = "deep"
+  with pytest.raises(config_lib.ConfigError, match="model.heads.kind"):
+    heads.from_config(config, jnp.float32, jnp.float32)
+
+
+# ---- DualEncoder ---------------------------------------------------------
+
+def test_dual_encoder_methods_equal_call(tiny):
+  config, model, variables, batch, out = tiny
+  d = config.model.heads.embed_dim
+  for key in ("image_emb", "text_emb", "left_emb", "right_emb"):
+    assert out[key].shape == (3, d) and out[key].dtype == jnp.float32
+  assert out["temperature"].shape == () and np.isclose(out["temperature"], 1.0)
+  apply = lambda *args, **kw: run(model, variables, *args, **kw)
+  np.testing.assert_allclose(apply(batch["image"], method=model.embed_images), out["image_emb"],
+                             rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(apply(batch["text_ids"], batch["text_mask"],
+                                   method=model.embed_texts), out["text_emb"], rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(apply(batch["left_ids"], batch["left_mask"], task="t2t",
+                                   method=model.embed_texts), out["left_emb"], rtol=1e-5, atol=1e-6)
+  # The two text heads differ, and a partial batch embeds only what it holds.
+  i2t_of_left = apply(batch["left_ids"], batch["left_mask"], method=model.embed_texts)
+  assert not np.allclose(i2t_of_left, out["left_emb"], atol=1e-3)
+  only_images = jax.eval_shape(lambda v: model.apply(v, {"image": batch["image"]}, train=False),
+                               variables)
+  assert set(only_images) == {"image_emb", "temperature"}
+
+
+def test_align_has_no_t2t_head_and_t2t_uses_the_i2t_head(tiny):
+  _, model, variables, batch, out = tiny
+  config = load_config("tiny")
+  config.model.heads.t2t = False
+  align = models.build_model(config.model)
+  shapes = jax.eval_shape(lambda: align.init(jax.random.key(0), batch, train=False))
+  assert "t2t_head" not in shapes["params"] and "i2t_head" in shapes["params"]
+  params = {k: v for k, v in variables["params"].items() if k != "t2t_head"}
+  text = {k: batch[k] for k in ("text_ids", "text_mask", "left_ids", "left_mask")}
+  align_out = run(align, {"params": params}, text, train=False)
+  np.testing.assert_allclose(align_out["text_emb"], out["text_emb"], rtol=1e-6)
+  # Without a t2t head the t2t task goes through the i2t head.
+  i2t_of_left = run(model, variables, batch["left_ids"], batch["left_mask"],
+                    method=model.embed_texts)
+  np.testing.assert_allclose(align_out["left_emb"], i2t_of_left, rtol=1e-6)
+
+
+def test_bf16_compute_with_fp32_params(tiny):
+  _, _, variables, batch, reference = tiny
+  config = load_config("tiny")
+  config.model.dtype = "bfloat16"
+  model16 = models.build_model(config.model)
+  shapes = jax.eval_shape(lambda: model16.init(jax.random.key(0), batch, train=False))
+  assert {x.dtype for x in jax.tree.leaves(shapes)} == {jnp.dtype(jnp.float32)}
+  out, state = run(
+      model16, variables, batch, train=False, mutable=["intermediates"],
+      capture_intermediates=lambda mdl, name: mdl.name in ("image_tower", "text_tower"))
+  inter = state["intermediates"]
+  assert inter["image_tower"]["__call__"][0][0].dtype == jnp.bfloat16
+  assert inter["text_tower"]["__call__"][0][0].dtype == jnp.bfloat16
+  for key in ("image_emb", "text_emb", "left_emb", "right_emb", "temperature"):
+    assert out[key].dtype == jnp.float32
+  for key in ("image_emb", "text_emb", "left_emb"):
+    a, b = np.asarray(out[key]), np.asarray(reference[key])
+    cosine = np.sum(a * b, -1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)
+    assert np.all(cosine > 0.98), (key, cosine)
+
+
+def test_temperature_param_and_learn_flag(tiny):
+  config = tiny[0]
+  for learn, expected_grad in ((True, 1.0), (False, 0.0)):
+    model = models.build_model(config.model, init_temperature=0.5, learn_temperature=learn)
+    params = model.init(jax.random.key(0), {}, train=False)["params"]
+    assert np.isclose(nn.unbox(params["log_temperature"]), math.log(0.5))
+    grad = jax.grad(lambda p: jnp.log(run(model, {"params": p}, {}, train=False)["temperature"]))(
+        nn.unbox(params))
+    assert np.isclose(grad["log_temperature"], expected_grad)
+
+
+def test_every_param_has_logical_names():
+  config = load_config("mural_large")
+  config.model.image.include_head, config.model.image.num_classes = True, 10
+  config.model.heads.kind, config.model.heads.image = "mlp", True
+  model = models.build_model(config.model)
+  variables = jax.eval_shape(lambda: model.init(
+      jax.random.key(0), models.init_batch(config.model, 64), train=False))
+  params = variables["params"]
+  boxed = jax.tree.leaves(params, is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned))
+  assert boxed and all(isinstance(x, nn.LogicallyPartitioned) for x in boxed)
+  specs = jax.tree.leaves(nn.get_partition_spec(params),
+                          is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
+  assert len(specs) == len(boxed)
+  for box, spec in zip(boxed, specs):
+    assert len(spec) == box.value.ndim and set(spec) <= LOGICAL_NAMES, (box.names, box.value.shape)
+    nn.logical_to_mesh_axes(spec, config.sharding_rules)  # Every name resolves.
+  assert {x for spec in specs for x in spec} == LOGICAL_NAMES
+
+
+def test_build_model_config_errors():
+  config = load_config("tiny")
+  config.model.heads.embed_dim = 96
+  with pytest.raises(config_lib.ConfigError, match=r"^config\.model\.heads\.embed_dim: "):
+    models.build_model(config.model)
+  config.model.heads.image = True  # An image head maps 80 -> 96 instead.
+  model = models.build_model(config.model)
+  batch = models.init_batch_shapes(config.model, 32)
+  variables = jax.eval_shape(lambda b: model.init(jax.random.key(0), b, train=False), batch)
+  shapes = jax.eval_shape(lambda v, b: run(model, v, b, train=False), variables, batch)
+  assert shapes["image_emb"].shape == (1, 96) and shapes["text_emb"].shape == (1, 96)
+  for field, value in (("image.variant", "b9"), ("image.name", "vit"), ("text.name", "t5")):
+    config = load_config("tiny")
+    section, name = field.split(".")
+    config.model[section][name] = value
+    with pytest.raises(config_lib.ConfigError, match=rf"^config\.model\.{field}: "):
+      models.build_model(config.model)
