@@ -28,12 +28,12 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.image.width_coefficient = ml_collections.FieldReference(None, float)  # Overrides the variant.
   c.model.image.depth_coefficient = ml_collections.FieldReference(None, float)  # Overrides the variant.
   c.model.image.dropout_rate = ml_collections.FieldReference(None, float)  # None: the variant's.
-  c.model.image.stochastic_depth_rate = 0.2  # Drop-connect rate of the last block.
+  c.model.image.stochastic_depth_rate = 0.2  # Drop-connect; block i of N uses rate * i / N.
   c.model.image.include_head = False  # 1x1 head conv (1280 * width) before pooling.
   c.model.image.num_classes = 0  # >0 adds the classifier (param-count checks only).
-  c.model.image.bn_momentum = 0.99
-  # Name of the image tower's feature input when it reads precomputed
-  # features instead of pixels (MULE/Kadar et al.); unused by EfficientNet.
+  c.model.image.bn_momentum = 0.99  # Running-stat decay (TF reference; epsilon fixed at 1e-3).
+  # Size of the precomputed image features a feature-input image tower
+  # reads instead of pixels (MULE/Kadar et al.); unused by EfficientNet.
   c.model.image.feature_dim = 2048
 
   c.model.text = ml_collections.ConfigDict()
@@ -75,7 +75,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.optim.b2 = 0.999
   c.optim.eps = 1e-6
   c.optim.grad_clip_norm = ml_collections.FieldReference(None, float)  # None: no clipping.
-  c.optim.grad_accum_steps = 1  # Micro-batches per update.
+  # Micro-batches per update (a scan inside the step). Each micro-batch is its
+  # own in-batch softmax: negatives come from batch_size / grad_accum_steps
+  # examples, not from the whole batch.
+  c.optim.grad_accum_steps = 1
 
   c.total_steps = 600_000  # Linear decay to 0 at this step.
   c.batch_size = 4096  # Global image-text batch.
@@ -87,27 +90,56 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.eval_resize = 346  # Eval: resize the short side, then centre-crop.
   c.data.vocab_path = ""  # Existing wordpiece vocab; empty: build into workdir.
   c.data.vocab_sources = ["i2t", "t2t"]  # Text the vocab is built from.
-  c.data.language_sampling_temperature = 1.0  # 1: natural mix; >1 flattens.
-  c.data.shuffle_buffer = 10_000
+  # Index space of batch['lang'] and of the eval sets; records in any other
+  # language (or none) are skipped and counted as 'unknown_language'.
+  c.data.languages = ["en", "de", "fr", "cs", "ru", "ja", "hi", "sw", "am", "zh", "ar"]
+  # Within each source, language l is drawn with p_l ∝ n_l^(1/T) (n_l: its
+  # records on this process; t2t: per language pair). 1: natural mix; >1 flattens.
+  c.data.language_sampling_temperature = 1.0
+  c.data.shuffle_buffer = 10_000  # Raw records per source; 0 or 1: file order.
+  c.data.crop_area_range = (0.5, 1.0)  # Train crop area / image area (Inception uses 0.08).
+  c.data.crop_aspect_range = (3 / 4, 4 / 3)  # Train crop width / height.
+  c.data.random_flip = True  # Horizontal flip in training.
+  # Longer texts are skipped ('long_text'); shorter ones that exceed
+  # model.text.max_len tokens are truncated by the tokenizer.
+  c.data.max_text_chars = 1000
+  c.data.num_parallel_calls = -1  # Threads per tf.data map; -1: AUTOTUNE.
+  c.data.prefetch_batches = 2  # Batches tf.data prepares ahead of the step.
   # Image-text sources: list of dicts {name, weight, ...source fields}.
   c.data.i2t_sources = [dict(name="synthetic", weight=1.0)]
   # Text-text sources (translation pairs); empty disables the t2t task.
   c.data.t2t_sources = [dict(name="synthetic", weight=1.0)]
   c.data.eval_source = dict(name="synthetic")  # Held-out retrieval data.
+  # Built-in rendered-scene data (mural/data/synthetic.py; its docstring has
+  # the recipe that shows MURAL's claim).
   c.data.synthetic = ml_collections.ConfigDict()
+  c.data.synthetic.seed = 0  # Dataset seed; apart from `seed`, so model seeds share the data.
+  # Any of SYNTHETIC_LANGUAGES (below): en de fr cs ru ja hi sw am.
   c.data.synthetic.languages = ["en", "de", "fr", "cs", "ru", "ja", "hi", "sw"]
   # Image-caption pairs per language (training); a language missing here gets
   # `default_pairs`. Scarce languages are how MURAL's claim is tested.
   c.data.synthetic.pairs_per_language = ml_collections.ConfigDict()
   c.data.synthetic.default_pairs = 20_000
   c.data.synthetic.translation_pairs = 20_000  # Per language pair, independent of the above.
+  # Translation pairs are (pivot, x) for every other language x; a non-empty
+  # translation_pair_list ("en-de", ...) replaces them; "" and []: none.
+  c.data.synthetic.translation_pivot = "en"
+  c.data.synthetic.translation_pair_list = []
+  # Per-pair override of translation_pairs, e.g. {"en-sw": 0} for a control run.
+  c.data.synthetic.translation_pairs_per_pair = ml_collections.ConfigDict()
+  c.data.synthetic.heldout_fraction = 0.1  # Descriptions (by hash) never used in training.
   c.data.synthetic.eval_scenes = 200  # Held-out scenes (unique descriptions).
+  c.data.synthetic.eval_captions_per_scene = 1  # Captions per eval image and language.
+  c.data.synthetic.render_size = 64  # Pixels per side; the pipeline resizes to data.image_size.
 
   # ---- Sharding ----------------------------------------------------------
   c.mesh = ml_collections.ConfigDict()
   c.mesh.data = -1  # -1: every device not used by the other axes.
   c.mesh.fsdp = 1
   c.mesh.model = 1
+  # Params with fewer elements stay replicated (gathering a bias each step
+  # costs more than the bytes saved).
+  c.shard_min_size = 16_384
   # Logical axis -> mesh axis (or None: replicated). First match wins.
   c.sharding_rules = [
       ("batch", ("data", "fsdp")),
@@ -124,11 +156,11 @@ def base_config() -> ml_collections.ConfigDict:
   ]
 
   # ---- Loop, checkpoints, logging, evaluation ----------------------------
-  c.log_every_steps = 100
+  c.log_every_steps = 100  # Metrics to metrics.jsonl, TensorBoard and the console.
   c.eval_every_steps = 5_000  # 0: only at the end.
-  c.checkpoint_every_steps = 5_000
-  c.keep_checkpoints = 3
-  c.eval_batch_size = 256
+  c.checkpoint_every_steps = 5_000  # Also at the end and on SIGTERM.
+  c.keep_checkpoints = 3  # Newest checkpoints kept in workdir/checkpoints.
+  c.eval_batch_size = 256  # Examples per embedding call in evaluation.
   return c
 
 
@@ -139,6 +171,78 @@ _HEAD_KINDS = ("dense", "mlp")
 def _require(ok: bool, field: str, message: str):
   if not ok:
     raise ConfigError(f"config.{field}: {message}")
+
+
+def _validate_data(d: ml_collections.ConfigDict) -> None:
+  """The input-pipeline fields (mural/data/pipeline.py, preprocess.py, eval_data.py)."""
+  langs = list(d.languages)
+  _require(len(langs) > 0 and all(isinstance(l, str) and l and l == l.strip().lower() for l in langs),
+           "data.languages", f"must be non-empty lower-case codes, got {langs!r}")
+  _require(len(set(langs)) == len(langs), "data.languages", f"has duplicates: {langs!r}")
+  _require(d.language_sampling_temperature > 0, "data.language_sampling_temperature", "must be positive")
+  _require(isinstance(d.shuffle_buffer, int) and d.shuffle_buffer >= 0, "data.shuffle_buffer",
+           f"must be an int >= 0, got {d.shuffle_buffer!r}")
+  lo, hi = d.crop_area_range
+  _require(0 < lo <= hi <= 1, "data.crop_area_range", f"needs 0 < low <= high <= 1, got {(lo, hi)}")
+  lo, hi = d.crop_aspect_range
+  _require(0 < lo <= hi, "data.crop_aspect_range", f"needs 0 < low <= high, got {(lo, hi)}")
+  _require(isinstance(d.max_text_chars, int) and d.max_text_chars >= 1, "data.max_text_chars",
+           f"must be an int >= 1, got {d.max_text_chars!r}")
+  _require(d.num_parallel_calls == -1 or d.num_parallel_calls >= 1, "data.num_parallel_calls",
+           f"must be -1 (AUTOTUNE) or >= 1, got {d.num_parallel_calls}")
+  _require(d.prefetch_batches >= 0, "data.prefetch_batches", "must be >= 0")
+  for field in ("i2t_sources", "t2t_sources"):
+    for i, src in enumerate(d[field]):
+      _require("name" in src and isinstance(src["name"], str), f"data.{field}[{i}]",
+               f"needs a 'name', got {dict(src)!r}")
+      _require(src.get("weight", 1.0) > 0, f"data.{field}[{i}].weight", "must be positive")
+  _require("name" in d.eval_source, "data.eval_source", f"needs a 'name', got {dict(d.eval_source)!r}")
+
+
+# Languages the synthetic grammar speaks (== mural.data.synthetic.LANGUAGES,
+# kept here so validate() needs no TensorFlow import; a test checks they match).
+SYNTHETIC_LANGUAGES = ("en", "de", "fr", "cs", "ru", "ja", "hi", "sw", "am")
+
+
+def parse_language_pair(name: str) -> tuple:
+  """'en-de' (or 'en_de') -> ('en', 'de')."""
+  parts = str(name).replace("_", "-").split("-")
+  if len(parts) != 2 or not all(parts):
+    raise ConfigError(f"language pair {name!r} is not of the form 'en-de'")
+  return tuple(parts)
+
+
+def validate_synthetic(c: ml_collections.ConfigDict) -> None:
+  """config.data.synthetic (mural/data/synthetic.py)."""
+  s, f = c.data.synthetic, "data.synthetic."
+  langs = list(s.languages)
+  _require(len(langs) > 0 and all(l in SYNTHETIC_LANGUAGES for l in langs), f + "languages",
+           f"{langs!r}: each must be one of {SYNTHETIC_LANGUAGES}")
+  _require(len(set(langs)) == len(langs), f + "languages", f"has duplicates: {langs!r}")
+  _require(isinstance(s.seed, int) and s.seed >= 0, f + "seed", f"must be an int >= 0, got {s.seed!r}")
+  for name in ("default_pairs", "translation_pairs"):
+    _require(isinstance(s[name], int) and s[name] >= 0, f + name, f"must be an int >= 0, got {s[name]!r}")
+  for lang, n in s.pairs_per_language.items():
+    _require(lang in langs, f + "pairs_per_language", f"{lang!r} is not in data.synthetic.languages {langs}")
+    _require(isinstance(n, int) and n >= 0, f"{f}pairs_per_language.{lang}", f"must be an int >= 0, got {n!r}")
+  _require(s.translation_pivot == "" or s.translation_pivot in langs, f + "translation_pivot",
+           f"{s.translation_pivot!r} is not '' nor in data.synthetic.languages {langs}")
+  for name in list(s.translation_pair_list) + list(s.translation_pairs_per_pair.keys()):
+    try:
+      a, b = parse_language_pair(name)
+    except ConfigError as e:
+      raise ConfigError(f"config.{f}translation_pair_list / translation_pairs_per_pair: {e}") from None
+    _require(a in langs and b in langs and a != b, f + "translation_pair_list",
+             f"{name!r}: needs two different languages of data.synthetic.languages {langs}")
+  for name, n in s.translation_pairs_per_pair.items():
+    _require(isinstance(n, int) and n >= 0, f"{f}translation_pairs_per_pair.{name}",
+             f"must be an int >= 0, got {n!r}")
+  _require(0.01 <= s.heldout_fraction <= 0.5, f + "heldout_fraction",  # Rejection sampling stays cheap.
+           f"must be in [0.01, 0.5], got {s.heldout_fraction}")
+  for name in ("eval_scenes", "eval_captions_per_scene"):
+    _require(isinstance(s[name], int) and s[name] >= 1, f + name, f"must be an int >= 1, got {s[name]!r}")
+  _require(isinstance(s.render_size, int) and s.render_size >= 8, f + "render_size",
+           f"must be an int >= 8, got {s.render_size!r}")
 
 
 def validate(c: ml_collections.ConfigDict) -> None:
@@ -155,6 +259,16 @@ def validate(c: ml_collections.ConfigDict) -> None:
   _require(0.0 <= t.dropout_rate < 1.0, "model.text.dropout_rate", f"must be in [0, 1), got {t.dropout_rate}")
   _require(c.model.heads.kind in _HEAD_KINDS, "model.heads.kind", f"{c.model.heads.kind!r} not in {_HEAD_KINDS}")
   _require(c.model.heads.embed_dim > 0, "model.heads.embed_dim", "must be positive")
+  _require(c.model.heads.mlp_hidden_dim > 0, "model.heads.mlp_hidden_dim", "must be positive")
+  im = c.model.image
+  for name in ("width_coefficient", "depth_coefficient"):
+    _require(im[name] is None or im[name] > 0, f"model.image.{name}", f"must be None or > 0, got {im[name]}")
+  _require(im.dropout_rate is None or 0.0 <= im.dropout_rate < 1.0, "model.image.dropout_rate",
+           f"must be None or in [0, 1), got {im.dropout_rate}")
+  _require(0.0 <= im.stochastic_depth_rate < 1.0, "model.image.stochastic_depth_rate",
+           f"must be in [0, 1), got {im.stochastic_depth_rate}")
+  _require(0.0 < im.bn_momentum < 1.0, "model.image.bn_momentum", f"must be in (0, 1), got {im.bn_momentum}")
+  _require(im.num_classes >= 0, "model.image.num_classes", f"must be >= 0, got {im.num_classes}")
   _require(c.loss.init_temperature > 0, "loss.init_temperature", "must be positive")
   _require(c.loss.t2t_temperature > 0, "loss.t2t_temperature", "must be positive")
   _require(c.loss.i2t_weight >= 0, "loss.i2t_weight", "must be >= 0")
@@ -173,6 +287,42 @@ def validate(c: ml_collections.ConfigDict) -> None:
   _require(c.data.eval_resize >= c.data.image_size, "data.eval_resize",
            f"{c.data.eval_resize} is smaller than data.image_size {c.data.image_size}")
   _require(len(c.data.i2t_sources) > 0, "data.i2t_sources", "needs at least one source")
+  _validate_data(c.data)
+  validate_synthetic(c)
   for axis in ("data", "fsdp", "model"):
     v = c.mesh[axis]
     _require(isinstance(v, int) and (v == -1 or v >= 1), f"mesh.{axis}", f"must be -1 or >= 1, got {v!r}")
+  _require([c.mesh[a] for a in ("data", "fsdp", "model")].count(-1) <= 1, "mesh",
+           "at most one axis may be -1")
+  _validate_sharding_rules(c.sharding_rules)
+  _require(c.shard_min_size >= 0, "shard_min_size", "must be >= 0")
+  o = c.optim
+  _require(0.0 <= o.b1 < 1.0, "optim.b1", f"must be in [0, 1), got {o.b1}")
+  _require(0.0 <= o.b2 < 1.0, "optim.b2", f"must be in [0, 1), got {o.b2}")
+  _require(o.eps > 0, "optim.eps", "must be positive")
+  _require(o.weight_decay >= 0, "optim.weight_decay", "must be >= 0")
+  _require(o.grad_clip_norm is None or o.grad_clip_norm > 0, "optim.grad_clip_norm",
+           f"must be None or positive, got {o.grad_clip_norm}")
+  _require(o.warmup_steps < c.total_steps, "optim.warmup_steps",
+           f"{o.warmup_steps} must be below total_steps {c.total_steps}")
+  _require(c.t2t_batch_size % o.grad_accum_steps == 0, "optim.grad_accum_steps",
+           f"does not divide t2t_batch_size {c.t2t_batch_size}")
+  for name in ("log_every_steps", "checkpoint_every_steps", "keep_checkpoints", "eval_batch_size"):
+    _require(isinstance(c[name], int) and c[name] >= 1, name, f"must be an int >= 1, got {c[name]!r}")
+  _require(isinstance(c.eval_every_steps, int) and c.eval_every_steps >= 0, "eval_every_steps",
+           f"must be an int >= 0, got {c.eval_every_steps!r}")
+
+
+_MESH_AXES = ("data", "fsdp", "model")
+
+
+def _validate_sharding_rules(rules) -> None:
+  """Each rule is (logical name, None | mesh axis | tuple of mesh axes)."""
+  for i, rule in enumerate(rules):
+    field = f"sharding_rules[{i}]"
+    _require(isinstance(rule, (list, tuple)) and len(rule) == 2 and isinstance(rule[0], str),
+             field, f"must be (logical_name, mesh_axes), got {rule!r}")
+    axes = rule[1]
+    axes = () if axes is None else tuple(axes) if isinstance(axes, (list, tuple)) else (axes,)
+    for a in axes:
+      _require(a in _MESH_AXES, field, f"mesh axis {a!r} not in {_MESH_AXES}")
