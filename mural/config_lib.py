@@ -105,11 +105,15 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.max_text_chars = 1000
   c.data.num_parallel_calls = -1  # Threads per tf.data map; -1: AUTOTUNE.
   c.data.prefetch_batches = 2  # Batches tf.data prepares ahead of the step.
-  # Image-text sources: list of dicts {name, weight, ...source fields}.
+  # Image-text sources: list of dicts {name, weight, ...source fields} (see
+  # mural/data/sources.py); 'synthetic' takes its settings from data.synthetic.
+  # Weights are relative mixture probabilities of the (valid) records.
   c.data.i2t_sources = [dict(name="synthetic", weight=1.0)]
   # Text-text sources (translation pairs); empty disables the t2t task.
   c.data.t2t_sources = [dict(name="synthetic", weight=1.0)]
-  c.data.eval_source = dict(name="synthetic")  # Held-out retrieval data.
+  # Held-out retrieval data (mural/data/eval_data.py): {name: 'synthetic'}, or
+  # {name: 'flickr8k', split: 'dev', path: None, caption_sources: None, max_images: 0 (all)}.
+  c.data.eval_source = dict(name="synthetic")
   # Built-in rendered-scene data (mural/data/synthetic.py; its docstring has
   # the recipe that shows MURAL's claim).
   c.data.synthetic = ml_collections.ConfigDict()

@@ -1,0 +1,135 @@
+"""Retrieval and translation eval sets, as NumPy arrays ready for the embedders.
+
+`build_eval_sets(config, tokenizer) -> (list[EvalSet], list[TranslationEvalSet])`
+from config.data.eval_source (a dict; 'name' picks the builder in EVAL_SOURCES):
+  'synthetic': held-out scenes of mural.data.synthetic (config.data.synthetic):
+      one image per scene shared by every language, captions per language, and
+      aligned caption pairs per translation pair.
+  'flickr8k': real photos of a Flickr8k split (fields: split 'dev', path
+      None, caption_sources None, max_images 0 = all) with their captions per
+      language; no translation sets (its languages are not line-aligned).
+Only languages in config.data.languages get an EvalSet. Images go through the
+eval preprocessing (short side to data.eval_resize, central data.image_size
+crop, [-1, 1]); an eval image that cannot be decoded is an error naming it,
+since an incomplete eval set would change the metric silently.
+"""
+
+import dataclasses
+from typing import List, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from mural.data import flickr8k
+from mural.data import preprocess
+from mural.data import synthetic
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSet:
+  """Retrieval in one language: caption m describes image text_to_image[m]."""
+  name: str  # Language code.
+  images: np.ndarray  # float32 [N, S, S, 3] in [-1, 1].
+  text_ids: np.ndarray  # int32 [M, L]
+  text_mask: np.ndarray  # int32 [M, L]
+  text_to_image: np.ndarray  # int32 [M]
+
+
+@dataclasses.dataclass(frozen=True)
+class TranslationEvalSet:
+  """Aligned text pairs: row k of left and right say the same thing."""
+  name: str  # 'en-de'.
+  left_ids: np.ndarray  # int32 [K, L]
+  left_mask: np.ndarray
+  right_ids: np.ndarray
+  right_mask: np.ndarray
+
+
+def _tokenize(tokenizer, texts: Sequence[str], chunk: int = 4096):
+  ids, masks = [], []
+  for i in range(0, len(texts), chunk):
+    a, b = tokenizer.tokenize(tf.constant(list(texts[i:i + chunk]), tf.string))
+    ids.append(a.numpy())
+    masks.append(b.numpy())
+  return np.concatenate(ids), np.concatenate(masks)
+
+
+def eval_images(images, data_config) -> np.ndarray:
+  """uint8 images ([N,H,W,3] array or a list of [H,W,3]) -> float32 [N, S, S, 3]."""
+  out = [preprocess.eval_image(tf.constant(im), data_config.eval_resize, data_config.image_size).numpy()
+         for im in images]
+  return np.stack(out).astype(np.float32)
+
+
+def _decode_files(paths: Sequence[str]) -> List[np.ndarray]:
+  out = []
+  for p in paths:
+    data = tf.io.read_file(p)
+    try:
+      if not bool(preprocess.is_encoded_image(data)):
+        raise ValueError("not a JPEG/PNG file")
+      out.append(preprocess.decode(data).numpy())
+    except (tf.errors.OpError, ValueError) as e:
+      raise ValueError(f"eval image {p} cannot be decoded: {str(e).splitlines()[0]}") from None
+  return out
+
+
+def _source_fields(eval_source, defaults: dict) -> dict:
+  cfg = dict(eval_source)
+  name = cfg.pop("name")
+  unknown = sorted(set(cfg) - set(defaults))
+  if unknown:
+    raise ValueError(f"config.data.eval_source ({name!r}): unknown field(s) {unknown}; "
+                     f"known: {sorted(defaults)}")
+  return {**defaults, **cfg}
+
+
+def synthetic_eval_sets(config, tokenizer) -> Tuple[List[EvalSet], List[TranslationEvalSet]]:
+  _source_fields(config.data.eval_source, {})
+  data = synthetic.build_eval_data(config)
+  images = eval_images(data.images, config.data)
+  sets = []
+  for lang, d in data.languages.items():
+    if lang in config.data.languages:
+      ids, mask = _tokenize(tokenizer, d.captions)
+      sets.append(EvalSet(lang, images, ids, mask, np.asarray(d.text_to_image, np.int32)))
+  translations = []
+  for name, p in data.translations.items():
+    if p.left_lang in config.data.languages and p.right_lang in config.data.languages:
+      left_ids, left_mask = _tokenize(tokenizer, p.left)
+      right_ids, right_mask = _tokenize(tokenizer, p.right)
+      translations.append(TranslationEvalSet(name, left_ids, left_mask, right_ids, right_mask))
+  return sets, translations
+
+
+def flickr8k_eval_sets(config, tokenizer) -> Tuple[List[EvalSet], List[TranslationEvalSet]]:
+  cfg = _source_fields(config.data.eval_source, dict(split="dev", path=None, caption_sources=None,
+                                                     max_images=0))
+  languages = [l for l in flickr8k.LANGUAGES if l in config.data.languages]
+  if not languages:
+    raise ValueError(f"config.data.eval_source: none of Flickr8k's languages {flickr8k.LANGUAGES} "
+                     f"is in config.data.languages {list(config.data.languages)}")
+  data = flickr8k.eval_data(cfg["split"], languages, cfg["path"], cfg["caption_sources"])
+  n = len(data.images) if not cfg["max_images"] else min(cfg["max_images"], len(data.images))
+  images = eval_images(_decode_files(data.images[:n]), config.data)
+  sets = []
+  for lang, captions in data.captions.items():
+    keep = np.flatnonzero(data.caption_image[lang] < n)
+    if keep.size:
+      ids, mask = _tokenize(tokenizer, [captions[k] for k in keep])
+      sets.append(EvalSet(lang, images, ids, mask, data.caption_image[lang][keep].astype(np.int32)))
+  return sets, []
+
+
+EVAL_SOURCES = {
+    "synthetic": synthetic_eval_sets,
+    "flickr8k": flickr8k_eval_sets,
+}
+
+
+def build_eval_sets(config, tokenizer) -> Tuple[List[EvalSet], List[TranslationEvalSet]]:
+  """The eval sets of config.data.eval_source (see the module docstring)."""
+  name = config.data.eval_source.get("name")
+  if name not in EVAL_SOURCES:
+    raise ValueError(f"config.data.eval_source.name: {name!r} not in {sorted(EVAL_SOURCES)}")
+  return EVAL_SOURCES[name](config, tokenizer)

@@ -1,0 +1,549 @@
+"""The MURAL training input: one image-text and one text-text batch per step.
+
+`build_train_iterator(config, tokenizer, process_index=, process_count=, seed=)`
+returns a `TrainIterator`; `next(it)` is a dict of NumPy arrays, this process's
+part of the global batches (fixed shapes, ready for
+`jax.make_array_from_process_local_data`):
+  'image' float32 [b, S, S, 3] in [-1, 1], 'text_ids'/'text_mask' int32 [b, L],
+  'lang' int32 [b] (index into config.data.languages), 'image_text_valid' bool [b];
+  with t2t sources and loss.t2t_weight > 0 also
+  'left_ids','left_mask','right_ids','right_mask' int32 [b2, L], 'pair_valid' bool [b2].
+
+Per task, each source is one stream (one process's shard, see sources.py):
+  epochs of shuffled raw records, each record keyed by (epoch, position)
+  -> cheap checks (language, text, image bytes) give a status
+  -> language sampling (keeps records of language l with probability a_l)
+  -> image decode under a per-record guard, then random crop + flip
+  -> a running count of skipped records by reason -> drop skipped records.
+The sources are mixed by weight, batched, tokenised per batch and prefetched.
+
+Language sampling: within a source, language (t2t: language pair) l is drawn
+with p_l ∝ n_l^(1/T), T = data.language_sampling_temperature, n_l its records
+on this process (one counting pass over the 'lang' fields at build time,
+skipped when T == 1). It is done by thinning: a record of l is kept with
+probability a_l = (p_l / q_l) / max_k (p_k / q_k), q_l = n_l / n, so the kept
+stream has exactly the proportions p; the scarcest-relative-to-target language
+is never thinned. Records it drops are not skips; they may be drawn next epoch.
+
+Bad records never crash and never vanish silently: each record gets one status
+(the first failing check, in SKIP_REASONS order). A `scan` carries a running
+count per reason through the stream, so every emitted record holds the number
+of records its source skipped up to and including it; `skip_counts()` reads
+those of the last consumed record of each source. Counts therefore match what
+training consumed (not what tf.data read ahead), and they resume exactly.
+Records are counted when they reach validation, i.e. after language sampling
+(all of them when T == 1); records in an unknown language are never thinned.
+Decoding errors that no cheap check catches (a PNG with a bad CRC, a JPEG with
+a broken header) are caught per record: the decode runs in a one-element
+dataset with `ignore_errors()` followed by a fallback element marked
+'undecodable_image', so exactly one element comes out per record and the error
+cannot come from anything but the decode op.
+
+Determinism and resume: all randomness is stateless, keyed by (seed, process,
+source, epoch, position) for records and by the element number for the source
+mixture; epoch e of a source is its records shuffled with a seed derived from
+e. So the stream is a pure function of the seed, and the state that restores
+it is small: per source (epoch, next position, skip counts) of its last
+consumed record, plus the number of records consumed (the mixture's draws).
+`set_state` rebuilds the streams starting at those positions (re-reading, not
+decoding, at most one epoch of raw records per source), and the next batches
+equal those of an uninterrupted iterator. The state is per process and only
+valid for the same seed, process_index/process_count and sources.
+The synthetic source is endless and indexable: it is opened at the resume
+position directly (no re-reading) and not reshuffled here (it permutes each
+epoch itself); its language counts come from config.data.synthetic.
+tf.data's own iterator checkpoints were not used: they would store the shuffle
+buffers (thousands of encoded images) instead of a few integers.
+"""
+
+import atexit
+import dataclasses
+import json
+import weakref
+from typing import Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from mural.data import preprocess
+from mural.data import sources as sources_lib
+from mural.data import synthetic
+
+# Why a record was skipped; a record gets the first reason that applies.
+SKIP_REASONS = ("unknown_language", "empty_text", "long_text", "missing_image",
+                "not_an_image", "undecodable_image")
+_OK = 0  # Status 0: usable; status i >= 1: SKIP_REASONS[i - 1].
+_STATUS = {r: i + 1 for i, r in enumerate(SKIP_REASONS)}
+# A source whose records are skipped this many times in a row is unusable
+# (e.g. none of its languages is in data.languages): fail loudly, don't spin.
+MAX_CONSECUTIVE_SKIPS = 10_000
+_STATE_VERSION = 1
+_FOREVER = 2**62
+
+
+# ---------------------------------------------------------------------------
+# Pure helpers (unit-tested directly).
+
+
+def language_probabilities(counts: Sequence[float], temperature: float) -> np.ndarray:
+  """p_l ∝ n_l^(1/T) over languages with n_l > 0 (zeros stay zero)."""
+  n = np.asarray(counts, np.float64)
+  if not np.any(n > 0):
+    raise ValueError("language_probabilities: every language count is zero")
+  w = np.where(n > 0, np.power(np.maximum(n, 1e-300), 1.0 / temperature), 0.0)
+  return w / w.sum()
+
+
+def language_acceptance(counts: Sequence[float], temperature: float) -> np.ndarray:
+  """Keep-probabilities that thin a stream with counts n_l to p_l ∝ n_l^(1/T)."""
+  n = np.asarray(counts, np.float64)
+  p = language_probabilities(n, temperature)
+  ratio = np.where(n > 0, p / np.maximum(n / n.sum(), 1e-300), 0.0)
+  return ratio / ratio.max()
+
+
+def _fold(seed, *data) -> tf.Tensor:
+  """A stateless seed int64 [2] derived from `seed` and integers (tensors or ints)."""
+  seed = tf.convert_to_tensor(seed, tf.int64)
+  for d in data:
+    seed = tf.random.experimental.stateless_fold_in(seed, tf.cast(d, tf.int64))
+  return seed
+
+
+def _int_seed(seed: tf.Tensor) -> tf.Tensor:
+  """A scalar int64 seed hashed from all of a stateless seed (fold_in keeps data in word 1)."""
+  return tf.random.stateless_uniform([], seed, minval=None, maxval=None, dtype=tf.int64)
+
+
+# ---------------------------------------------------------------------------
+# One source of one task as a stream of validated, preprocessed records.
+
+
+@dataclasses.dataclass
+class _TaskSpec:
+  """What differs between the image-text and the text-text task."""
+  name: str  # 'i2t' | 't2t'
+  table: Dict[str, Callable]  # sources.IMAGE_TEXT_SOURCES | TEXT_PAIR_SOURCES
+  batch_size: int  # Per process.
+  check: Callable  # raw record -> dict with 'status', 'lang_key' (+ payload).
+  num_lang_keys: int  # Size of the language-sampling index space.
+  lang_key_of_raw: Callable  # raw record -> int32 language key, -1 if unknown.
+  finish: Callable  # Batched payload dict -> the task's output dict.
+  reasons: Sequence[str] = SKIP_REASONS  # The skip reasons that can occur (reported).
+
+
+@dataclasses.dataclass
+class _Source:
+  """A finite `raw` stream (the pipeline makes epochs of it), or `open_at`.
+
+  `open_at(k)`: an endless, already shuffled stream starting at this process's
+  k-th record (the synthetic source: cheap to resume, not reshuffled here).
+  """
+  name: str
+  weight: float
+  raw: Optional[tf.data.Dataset]
+  open_at: Optional[Callable[[int], tf.data.Dataset]]
+  acceptance: Optional[np.ndarray]  # None: no language thinning.
+
+
+def _lang_index(lang: tf.Tensor, languages: tf.Tensor) -> tf.Tensor:
+  """Index of `lang` (scalar or [N] tf.string) in `languages`; -1 if absent."""
+  lang = tf.strings.lower(tf.strings.strip(lang))
+  hits = tf.cast(tf.equal(lang[..., None], languages), tf.int32)
+  return tf.where(tf.reduce_any(hits > 0, -1), tf.argmax(hits, -1, output_type=tf.int32), -1)
+
+
+def _text_status(text: tf.Tensor, max_chars: int) -> tf.Tensor:
+  """0, or the status of an empty / whitespace-only / too long text."""
+  empty = tf.equal(tf.strings.length(tf.strings.strip(text)), 0)
+  long = tf.strings.length(text, unit="UTF8_CHAR") > max_chars
+  return tf.where(empty, _STATUS["empty_text"], tf.where(long, _STATUS["long_text"], _OK))
+
+
+def _first(*statuses) -> tf.Tensor:
+  """The first nonzero status (statuses in SKIP_REASONS priority order)."""
+  out = tf.constant(_OK)
+  for s in reversed(statuses):
+    out = tf.where(tf.not_equal(s, _OK), s, out)
+  return out
+
+
+def _guarded_decode(ds: tf.data.Dataset, num_parallel_calls: int) -> tf.data.Dataset:
+  """Decodes element['image'] bytes; a record that fails to decode gets 'undecodable_image'.
+
+  One element in, one element out, in order: each record is decoded in its own
+  one-element dataset whose only op is the decode (so `ignore_errors` there
+  can only swallow a decode error), followed by a fallback copy of the record
+  marked undecodable; `take(1)` keeps the first.
+  """
+
+  def one(e):
+    rec = tf.data.Dataset.from_tensors(e)
+
+    def decode(x):
+      x = dict(x)
+      x["image"] = tf.cond(tf.equal(x["status"], _OK), lambda: preprocess.decode(x["image"]),
+                           lambda: tf.zeros([1, 1, 3], tf.uint8))
+      return x
+
+    def fallback(x):
+      x = dict(x)
+      x["image"] = tf.zeros([1, 1, 3], tf.uint8)
+      x["status"] = tf.constant(_STATUS["undecodable_image"])
+      return x
+
+    return rec.map(decode).ignore_errors().concatenate(rec.map(fallback)).take(1)
+
+  cycle = None if num_parallel_calls == tf.data.AUTOTUNE else num_parallel_calls  # None: CPU count.
+  return ds.interleave(one, cycle_length=cycle, block_length=1, num_parallel_calls=num_parallel_calls,
+                       deterministic=True)
+
+
+def _source_stream(task: _TaskSpec, src: _Source, index: int, state: dict, seed,
+                   data_config, num_parallel_calls: int) -> tf.data.Dataset:
+  """Validated, preprocessed records of one source, from `state` on, forever."""
+  buffer = data_config.shuffle_buffer
+  src_seed = _fold(seed, index)
+
+  def epoch(e):
+    ds = src.raw
+    if buffer > 1:
+      ds = ds.shuffle(buffer, seed=_int_seed(_fold(src_seed, e)), reshuffle_each_iteration=False)
+    return ds.enumerate().map(lambda pos, x: (tf.cast(e, tf.int64), pos, x))
+
+  start_epoch, start_pos = state["epoch"], state["next_pos"]
+  if src.open_at is not None:
+    ds = src.open_at(start_pos).enumerate(start=start_pos).map(
+        lambda pos, x: (tf.constant(0, tf.int64), pos, x))
+  else:
+    first = epoch(tf.constant(start_epoch, tf.int64)).skip(start_pos)
+    rest = tf.data.Dataset.range(start_epoch + 1, _FOREVER).flat_map(epoch)
+    ds = first.concatenate(rest)
+
+  def checked(e, pos, raw):
+    out = task.check(raw)
+    out.update(_epoch=e, _pos=pos, _seed=_fold(src_seed, e, pos))
+    return out
+
+  ds = ds.map(checked, num_parallel_calls=num_parallel_calls, deterministic=True)
+
+  if src.acceptance is not None:
+    accept = tf.constant(src.acceptance, tf.float32)
+
+    def sampled(x):
+      u = tf.random.stateless_uniform([], _fold(x["_seed"], 1))
+      keep = u < tf.gather(accept, tf.maximum(x["lang_key"], 0))
+      return tf.logical_or(tf.not_equal(x["status"], _OK), keep)
+
+    ds = ds.filter(sampled)
+
+  if task.name == "i2t":
+    if ds.element_spec["image"].dtype == tf.string:
+      ds = _guarded_decode(ds, num_parallel_calls)
+    size = data_config.image_size
+
+    def crop(x):
+      x = dict(x)
+      x["image"] = tf.cond(
+          tf.equal(x["status"], _OK),
+          lambda: preprocess.train_image(
+              x["image"], _fold(x["_seed"], 2), size, tuple(data_config.crop_area_range),
+              tuple(data_config.crop_aspect_range), data_config.random_flip),
+          lambda: tf.zeros([size, size, 3], tf.float32))
+      return x
+
+    ds = ds.map(crop, num_parallel_calls=num_parallel_calls, deterministic=True)
+
+  num_reasons = len(SKIP_REASONS)
+  name = f"{task.name} source {index} ({src.name!r})"
+
+  def count(carry, x):
+    counts, run = carry
+    bad = tf.not_equal(x["status"], _OK)
+    counts = counts + tf.one_hot(x["status"] - 1, num_reasons, dtype=tf.int64)  # Status 0 -> zeros.
+    run = tf.where(bad, run + 1, tf.constant(0, tf.int64))
+    check = tf.debugging.Assert(
+        run < MAX_CONSECUTIVE_SKIPS,
+        [f"{name}: {MAX_CONSECUTIVE_SKIPS} records in a row were skipped; counts by reason "
+         f"{SKIP_REASONS}:", counts])
+    with tf.control_dependencies([check]):
+      counts = tf.identity(counts)
+    x = {k: v for k, v in x.items() if k not in ("lang_key", "_seed")}
+    x.update(_skips=counts, _source=tf.constant(index, tf.int32))
+    return (counts, run), x
+
+  ds = ds.scan((tf.constant(state["skips"], tf.int64), tf.constant(0, tf.int64)), count)
+  return ds.filter(lambda x: tf.equal(x["status"], _OK))
+
+
+# ---------------------------------------------------------------------------
+# The two tasks.
+
+
+def _i2t_spec(config, tokenizer, batch_size) -> _TaskSpec:
+  languages = tf.constant(list(config.data.languages))
+  max_chars = config.data.max_text_chars
+
+  def lang_key(raw):
+    return _lang_index(raw["lang"], languages)
+
+  def check(raw):
+    lang = lang_key(raw)
+    image = raw["image"]
+    if image.dtype == tf.string:
+      missing = tf.equal(tf.strings.length(image), 0)
+      image_status = tf.where(missing, _STATUS["missing_image"],
+                              tf.where(preprocess.is_encoded_image(image), _OK, _STATUS["not_an_image"]))
+    else:
+      image_status = tf.where(tf.size(image) > 0, _OK, _STATUS["missing_image"])
+    status = _first(tf.where(lang < 0, _STATUS["unknown_language"], _OK),
+                    _text_status(raw["caption"], max_chars), image_status)
+    return dict(image=image, text=raw["caption"], lang=lang, lang_key=lang, status=status)
+
+  def finish(b):
+    ids, mask = tokenizer.tokenize(b["text"])
+    return dict(image=b["image"], text_ids=ids, text_mask=mask, lang=b["lang"],
+                image_text_valid=tf.ones_like(b["lang"], tf.bool))
+
+  return _TaskSpec("i2t", sources_lib.IMAGE_TEXT_SOURCES, batch_size, check,
+                   len(config.data.languages), lang_key, finish)
+
+
+def _t2t_spec(config, tokenizer, batch_size) -> _TaskSpec:
+  languages = tf.constant(list(config.data.languages))
+  num = len(config.data.languages)
+  max_chars = config.data.max_text_chars
+
+  def lang_key(raw):
+    left, right = _lang_index(raw["left_lang"], languages), _lang_index(raw["right_lang"], languages)
+    return tf.where(tf.logical_or(left < 0, right < 0), -1, left * num + right)
+
+  def check(raw):
+    key = lang_key(raw)
+    status = _first(tf.where(key < 0, _STATUS["unknown_language"], _OK),
+                    _text_status(raw["left"], max_chars), _text_status(raw["right"], max_chars))
+    return dict(left=raw["left"], right=raw["right"], lang_key=key, status=status)
+
+  def finish(b):
+    left_ids, left_mask = tokenizer.tokenize(b["left"])
+    right_ids, right_mask = tokenizer.tokenize(b["right"])
+    return dict(left_ids=left_ids, left_mask=left_mask, right_ids=right_ids, right_mask=right_mask,
+                pair_valid=tf.ones_like(b["_source"], tf.bool))
+
+  return _TaskSpec("t2t", sources_lib.TEXT_PAIR_SOURCES, batch_size, check, num * num, lang_key, finish,
+                   reasons=("unknown_language", "empty_text", "long_text"))
+
+
+def _language_counts(task: _TaskSpec, raw: tf.data.Dataset) -> np.ndarray:
+  """Records per language key in `raw` (one pass over it; unknown ones ignored)."""
+  keys = raw.map(task.lang_key_of_raw, num_parallel_calls=tf.data.AUTOTUNE).batch(4096)
+  counts = np.zeros(task.num_lang_keys, np.int64)
+  for k in keys.as_numpy_iterator():
+    k = k[k >= 0]
+    counts += np.bincount(k, minlength=task.num_lang_keys)
+  return counts
+
+
+# ---------------------------------------------------------------------------
+# The iterator.
+
+
+class _Task:
+  """One task's sources, its tf.data pipeline and the state that rebuilds it."""
+
+  def __init__(self, spec: _TaskSpec, sources: List[_Source], seed, data_config):
+    self.spec, self.sources, self.seed, self.data = spec, sources, seed, data_config
+    # elements: records consumed (= draws of the source mixture); per source,
+    # where its stream continues and its skip counts so far.
+    self.state = dict(elements=0, sources=[dict(epoch=0, next_pos=0, skips=[0] * len(SKIP_REASONS))
+                                           for _ in sources])
+    self._it = None
+    _OPEN_TASKS.add(self)
+
+  def _build(self):
+    par = self.data.num_parallel_calls
+    par = tf.data.AUTOTUNE if par == -1 else par
+    streams = [_source_stream(self.spec, s, i, self.state["sources"][i], self.seed, self.data, par)
+               for i, s in enumerate(self.sources)]
+    if len(streams) == 1:
+      ds = streams[0]
+    else:
+      logits = tf.constant(np.log([s.weight for s in self.sources]), tf.float32)[None]
+      mix_seed = _fold(self.seed, 1_000_000)
+      choice = tf.data.Dataset.range(self.state["elements"], _FOREVER).map(
+          lambda i: tf.random.stateless_categorical(logits, 1, _fold(mix_seed, i))[0, 0])
+      ds = tf.data.Dataset.choose_from_datasets(streams, choice)
+    ds = ds.batch(self.spec.batch_size, drop_remainder=True)
+    keep = ("_source", "_epoch", "_pos", "_skips")
+    finish = self.spec.finish  # Not `self`: a cycle would keep the iterator alive until exit.
+    ds = ds.map(lambda b: {**finish(b), **{k: b[k] for k in keep}},
+                num_parallel_calls=par, deterministic=True)
+    ds = ds.prefetch(self.data.prefetch_batches)
+    options = tf.data.Options()
+    options.deterministic = True
+    self._it = ds.with_options(options).as_numpy_iterator()
+
+  def next(self) -> dict:
+    if self._it is None:
+      self._build()
+    batch = next(self._it)
+    source, epoch, pos, skips = (batch.pop(k) for k in ("_source", "_epoch", "_pos", "_skips"))
+    for i, st in enumerate(self.state["sources"]):
+      rows = np.flatnonzero(source == i)
+      if rows.size:
+        last = rows[-1]
+        st.update(epoch=int(epoch[last]), next_pos=int(pos[last]) + 1,
+                  skips=[int(v) for v in skips[last]])
+    self.state["elements"] += len(source)
+    return batch
+
+  def close(self):
+    self._it = None
+
+  def set_state(self, state: dict):
+    if len(state["sources"]) != len(self.sources):
+      raise ValueError(f"set_state: {self.spec.name} state has {len(state['sources'])} sources, "
+                       f"the config {len(self.sources)}")
+    self.state = json.loads(json.dumps(state))
+    self._it = None
+
+  def skip_counts(self) -> Dict[str, int]:
+    totals = np.sum([s["skips"] for s in self.state["sources"]], axis=0)
+    return {f"{self.spec.name}/{r}": int(n) for r, n in zip(SKIP_REASONS, totals) if r in self.spec.reasons}
+
+
+class TrainIterator:
+  """`next()` -> the step's NumPy batch dict; `get_state`/`set_state`; `skip_counts`."""
+
+  def __init__(self, tasks: List[_Task], fingerprint: dict):
+    self._tasks = tasks
+    self._fingerprint = fingerprint
+
+  def __iter__(self):
+    return self
+
+  def __next__(self) -> dict:
+    batch = {}
+    for t in self._tasks:
+      batch.update(t.next())
+    return batch
+
+  def get_state(self) -> dict:
+    """Small JSON-able dict; `set_state` on a freshly built iterator resumes exactly."""
+    return json.loads(json.dumps(dict(version=_STATE_VERSION, fingerprint=self._fingerprint,
+                                      tasks={t.spec.name: t.state for t in self._tasks})))
+
+  def set_state(self, state: dict) -> None:
+    if state.get("version") != _STATE_VERSION:
+      raise ValueError(f"set_state: state version {state.get('version')} != {_STATE_VERSION}")
+    if state["fingerprint"] != self._fingerprint:
+      raise ValueError(f"set_state: the state was made by a different input setup "
+                       f"{state['fingerprint']}, this iterator is {self._fingerprint}")
+    for t in self._tasks:
+      t.set_state(state["tasks"][t.spec.name])
+
+  def skip_counts(self) -> Dict[str, int]:
+    """Records skipped so far by the consumed stream, by '<task>/<reason>'."""
+    out = {}
+    for t in self._tasks:
+      out.update(t.skip_counts())
+    return out
+
+  def close(self) -> None:
+    """Stops tf.data's threads; `next` afterwards restarts from the current state."""
+    for t in self._tasks:
+      t.close()
+
+
+# A tf.data iterator still running when Python exits can hang the exit: its
+# threads call back into Python (the synthetic source's numpy_function) while
+# the interpreter shuts down. Close every live iterator first.
+_OPEN_TASKS = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_iterators():
+  for task in list(_OPEN_TASKS):
+    task.close()
+
+
+def _per_process(global_size: int, process_count: int, field: str) -> int:
+  if global_size % process_count:
+    raise ValueError(f"config.{field}: {global_size} is not divisible by process_count {process_count}")
+  return global_size // process_count
+
+
+def _synthetic(spec: _TaskSpec, config, process_index: int, process_count: int):
+  """(open_at, language-key counts) of the built-in synthetic source.
+
+  It is endless and indexable: this process's k-th record is global index
+  k * process_count + process_index, so resuming costs nothing, and its
+  language counts are known from config.data.synthetic without a pass.
+  """
+  settings = synthetic.Settings.from_config(config)
+  languages = list(config.data.languages)
+  counts = np.zeros(spec.num_lang_keys, np.int64)
+  if spec.name == "i2t":
+    make = synthetic.image_text_source
+    for lang, n in zip(settings.languages, settings.image_caption_counts):
+      if lang in languages:
+        counts[languages.index(lang)] += n
+  else:
+    make = synthetic.text_pair_source
+    for (a, b), n in zip(settings.translation_pairs, settings.translation_counts):
+      if a in languages and b in languages:
+        counts[languages.index(a) * len(languages) + languages.index(b)] += n
+
+  def open_at(k: int) -> tf.data.Dataset:
+    return make(config, "train", process_index, process_count, start_index=k * process_count, num_epochs=None)
+
+  return open_at, counts
+
+
+def _open_sources(spec: _TaskSpec, source_configs, config, process_index, process_count) -> List[_Source]:
+  """Opens (and checks) every source of a task; errors name the config entry."""
+  temperature = config.data.language_sampling_temperature
+  out = []
+  for i, sc in enumerate(source_configs):
+    sc = dict(sc)
+    name, field = sc.get("name"), f"config.data.{spec.name}_sources[{i}]"
+    raw = open_at = counts = None
+    if name == "synthetic":  # Not in the tables: it needs the whole config and a start index.
+      extra = sorted(set(sc) - {"name", "weight"})
+      if extra:
+        raise ValueError(f"{field}: the synthetic source takes its settings from config.data.synthetic; "
+                         f"unknown field(s) {extra}")
+      open_at, counts = _synthetic(spec, config, process_index, process_count)
+      first = open_at(0)
+    elif name in spec.table:
+      raw = first = spec.table[name](sc, "train", process_index, process_count)
+    else:
+      raise ValueError(f"{field}: unknown source {name!r}; known: {sorted(set(spec.table) | {'synthetic'})}")
+    if next(iter(first.take(1)), None) is None:
+      raise ValueError(f"{field} ({name!r}): no records on process {process_index} of {process_count}")
+    acceptance = None
+    if temperature != 1.0:
+      counts = _language_counts(spec, raw) if counts is None else counts
+      if not counts.any():
+        raise ValueError(f"{field} ({name!r}): no record is in a language of config.data.languages")
+      acceptance = language_acceptance(counts, temperature)
+    out.append(_Source(name, float(sc.get("weight", 1.0)), raw, open_at, acceptance))
+  return out
+
+
+def build_train_iterator(config, tokenizer, *, process_index: int = 0, process_count: int = 1,
+                         seed: Optional[int] = None) -> TrainIterator:
+  """The training stream of this process (see the module docstring)."""
+  seed = config.seed if seed is None else seed
+  task_seed = lambda k: [int(seed), process_index * 2 + k]
+  tasks = []
+  spec = _i2t_spec(config, tokenizer, _per_process(config.batch_size, process_count, "batch_size"))
+  tasks.append(_Task(spec, _open_sources(spec, config.data.i2t_sources, config, process_index,
+                                         process_count), task_seed(0), config.data))
+  if config.data.t2t_sources and config.loss.t2t_weight > 0:
+    spec = _t2t_spec(config, tokenizer, _per_process(config.t2t_batch_size, process_count, "t2t_batch_size"))
+    tasks.append(_Task(spec, _open_sources(spec, config.data.t2t_sources, config, process_index,
+                                           process_count), task_seed(1), config.data))
+  fingerprint = dict(seed=int(seed), process_index=process_index, process_count=process_count,
+                     sources={t.spec.name: [s.name for s in t.sources] for t in tasks})
+  return TrainIterator(tasks, fingerprint)

@@ -1,0 +1,92 @@
+"""Image ops (TensorFlow, run inside tf.data): decode, crop, flip, normalise.
+
+Pixel convention: every image the model sees is float32 in [-1, 1]
+(`x / 127.5 - 1`), the value range big_vision uses for ALIGN-style
+EfficientNet towers trained from scratch; no per-channel mean/std, so the same
+transform works for any data and is trivially inverted for inspection.
+
+Training: Inception-style random resized crop (area fraction and aspect ratio
+sampled from config ranges, ALIGN-ish default area (0.5, 1)) resized to
+`image_size`, then a random horizontal flip. Evaluation: resize the short side
+to `eval_resize`, then the central `image_size` square (ALIGN: 346 -> 289).
+All randomness is stateless and keyed by a per-example seed, so the output is a
+pure function of (record, seed): that is what makes the pipeline reproducible
+and its resume exact.
+"""
+
+import tensorflow as tf
+
+_JPEG_MAGIC = b"\xff\xd8\xff"
+_PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def is_encoded_image(data: tf.Tensor) -> tf.Tensor:
+  """Whether `data` (scalar tf.string) starts like a JPEG or PNG file."""
+  return tf.logical_or(
+      tf.equal(tf.strings.substr(data, 0, len(_JPEG_MAGIC)), _JPEG_MAGIC),
+      tf.equal(tf.strings.substr(data, 0, len(_PNG_MAGIC)), _PNG_MAGIC))
+
+
+def decode(data: tf.Tensor) -> tf.Tensor:
+  """JPEG/PNG bytes -> uint8 [H, W, 3] (grey and alpha images become RGB).
+
+  Raises (inside tf.data) on undecodable bytes; the pipeline runs it under a
+  per-record guard that turns the error into a counted skip.
+  """
+  image = tf.io.decode_image(data, channels=3, dtype=tf.uint8, expand_animations=False)
+  image.set_shape([None, None, 3])
+  return image
+
+
+def normalize(image: tf.Tensor) -> tf.Tensor:
+  """Pixels in [0, 255] (any dtype) -> float32 in [-1, 1]."""
+  return tf.cast(image, tf.float32) / 127.5 - 1.0
+
+
+def _resize(image: tf.Tensor, height, width) -> tf.Tensor:
+  # Antialiasing matters here: photos are often shrunk 5-10x to the crop size.
+  return tf.image.resize(image, tf.stack([height, width]), method="bilinear", antialias=True)
+
+
+def random_resized_crop(image: tf.Tensor, seed: tf.Tensor, size: int,
+                        area_range=(0.5, 1.0), aspect_range=(3 / 4, 4 / 3)) -> tf.Tensor:
+  """A random box (area fraction, aspect ratio in the ranges) resized to size^2.
+
+  Returns float32 in [0, 255]. `seed` is a stateless seed, int64 [2].
+  """
+  begin, box, _ = tf.image.stateless_sample_distorted_bounding_box(
+      tf.shape(image), bounding_boxes=tf.zeros([1, 0, 4], tf.float32), seed=seed,
+      min_object_covered=0.0, aspect_ratio_range=tuple(aspect_range),
+      area_range=tuple(area_range), max_attempts=10, use_image_if_no_bounding_boxes=True)
+  crop = tf.slice(image, begin, box)
+  out = _resize(crop, size, size)
+  out.set_shape([size, size, 3])
+  return out
+
+
+def train_image(image: tf.Tensor, seed: tf.Tensor, size: int, area_range=(0.5, 1.0),
+                aspect_range=(3 / 4, 4 / 3), flip: bool = True) -> tf.Tensor:
+  """uint8 [H, W, 3] -> float32 [size, size, 3] in [-1, 1], randomly cropped/flipped."""
+  crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+  out = random_resized_crop(image, crop_seed, size, area_range, aspect_range)
+  if flip:
+    out = tf.image.stateless_random_flip_left_right(out, flip_seed)
+  return normalize(out)
+
+
+def eval_image(image: tf.Tensor, resize: int, size: int) -> tf.Tensor:
+  """uint8 [H, W, 3] -> float32 [size, size, 3] in [-1, 1]: short side to `resize`, central crop.
+
+  Deterministic; `resize >= size` (validate() checks data.eval_resize).
+  """
+  shape = tf.shape(image)
+  h, w = tf.cast(shape[0], tf.float64), tf.cast(shape[1], tf.float64)
+  short = tf.minimum(h, w)
+  # The short side is exactly `resize`; the long side is rounded, never below it.
+  new_h = tf.maximum(tf.cast(tf.round(h * resize / short), tf.int32), resize)
+  new_w = tf.maximum(tf.cast(tf.round(w * resize / short), tf.int32), resize)
+  resized = _resize(image, new_h, new_w)
+  top, left = (new_h - size) // 2, (new_w - size) // 2
+  out = resized[top:top + size, left:left + size]
+  out.set_shape([size, size, 3])
+  return normalize(out)
