@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""N mural processes on this machine, standing in for N hosts of a pod (CPU, gloo).
+
+    python launch/local_multiprocess.py --num_processes=2 --devices_per_process=2 -- \
+        --config=configs/demo.py --workdir=/tmp/mural_mp
+
+Each process gets JAX_PLATFORMS=cpu, XLA_FLAGS=--xla_force_host_platform_device_count=D
+(D CPU "devices" per process) and mural.main's --coordinator_address=127.0.0.1:PORT
+--num_processes=N --process_id=i; main then calls jax.distributed.initialize with
+gloo CPU collectives. Arguments after `--` go to every process. Output lines
+are prefixed with [i]. If one process fails the others are stopped (a lone
+survivor would wait in a collective forever); the exit code is the first
+failure's.
+
+`--script=PATH` runs a Python file with the same flags instead of mural.main
+(tests/test_multihost.py uses it).
+"""
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import threading
+
+
+def free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def _pump(stream, prefix: str, out):
+  for line in iter(stream.readline, b""):
+    out.write(prefix + line.decode(errors="replace"))
+    out.flush()
+
+
+def launch(num_processes: int, devices_per_process: int, args, script=None, port: int = 0,
+           env=None) -> int:
+  """Starts the processes, streams their output, returns the first non-zero exit code (or 0).
+
+  Runs `python -m mural.main ARGS` (or `python SCRIPT ARGS`) plus the
+  multi-process flags in each process.
+  """
+  port = port or free_port()
+  procs, pumps = [], []
+  for i in range(num_processes):
+    proc_env = dict(os.environ if env is None else env)
+    proc_env.update(
+        JAX_PLATFORMS="cpu",
+        JAX_CPU_COLLECTIVES_IMPLEMENTATION="gloo",
+        XLA_FLAGS=f"--xla_force_host_platform_device_count={devices_per_process}")
+    program = [script] if script else ["-m", "mural.main"]
+    cmd = [sys.executable, *program, *args, f"--coordinator_address=127.0.0.1:{port}",
+           f"--num_processes={num_processes}", f"--process_id={i}"]
+    p = subprocess.Popen(cmd, env=proc_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    t = threading.Thread(target=_pump, args=(p.stdout, f"[{i}] ", sys.stdout), daemon=True)
+    t.start()
+    procs.append(p)
+    pumps.append(t)
+  code = 0
+  try:
+    pending = list(procs)
+    while pending:
+      for p in list(pending):
+        try:
+          rc = p.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+          continue
+        pending.remove(p)
+        if rc != 0 and code == 0:
+          code = rc
+          for other in pending:  # Only our own children, by handle.
+            other.terminate()
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        p.kill()
+    for t in pumps:
+      t.join(timeout=5)
+  return code
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--num_processes", type=int, default=2)
+  parser.add_argument("--devices_per_process", type=int, default=2)
+  parser.add_argument("--port", type=int, default=0, help="Coordinator port; 0: a free one.")
+  parser.add_argument("--script", default=None, help="A Python file to run instead of mural.main.")
+  parser.add_argument("args", nargs=argparse.REMAINDER, help="-- then the arguments of every process")
+  a = parser.parse_args()
+  args = a.args[1:] if a.args[:1] == ["--"] else a.args
+  sys.exit(launch(a.num_processes, a.devices_per_process, args, a.script, a.port))
+
+
+if __name__ == "__main__":
+  main()

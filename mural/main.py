@@ -1,0 +1,119 @@
+"""Command line: `python -m mural.main --config=FILE --workdir=DIR [--mode=train|eval|describe]`.
+
+  --config=configs/demo.py --config.total_steps=100   overrides any field (locked: typos fail)
+  --mode=train      train (resuming from DIR's latest checkpoint) and evaluate
+  --mode=eval       evaluate DIR's latest checkpoint
+  --mode=describe   print the model's parameter counts as JSON
+
+Several processes (hosts): pass --coordinator_address=HOST:PORT,
+--num_processes and --process_id to every process (launch/local_multiprocess.py
+does this for CPU processes on one machine, with gloo collectives). GPU
+clusters under SLURM/MPI and Cloud TPU pods need none of these: on a TPU VM
+pod JAX finds its peers by itself (launch/tpu_pod.sh).
+
+Exit codes: 0 done; 1 the run failed (a one-line reason on stderr: missing
+data, non-finite loss, ...); 2 bad flags or config (one line naming the field).
+"""
+
+import json
+import logging as std_logging
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+import jax
+from ml_collections import config_flags
+
+from mural import config_lib
+from mural import describe
+from mural import train
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (see configs/).", lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Checkpoints, metrics.jsonl, TensorBoard, eval/.")
+_MODE = flags.DEFINE_enum("mode", "train", ["train", "eval", "describe"], "What to do.")
+_COORDINATOR = flags.DEFINE_string("coordinator_address", None,
+                                   "host:port of process 0, for multi-process runs.")
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Processes in a multi-process run.")
+_PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index in [0, num_processes).")
+
+
+class _QuietOrbax(std_logging.Filter):
+  """orbax logs a dozen INFO lines per checkpoint; keep its warnings and errors only."""
+
+  def filter(self, record):
+    return record.levelno >= std_logging.WARNING or "/orbax/" not in record.pathname
+
+
+def _fail(code: int, message: str):
+  print(f"mural: error: {message}", file=sys.stderr)
+  sys.exit(code)
+
+
+def _init_distributed():
+  """jax.distributed.initialize when the multi-process flags are given."""
+  given = [f.value is not None for f in (_COORDINATOR, _NUM_PROCESSES, _PROCESS_ID)]
+  if not any(given):
+    return
+  if not all(given):
+    _fail(2, "--coordinator_address, --num_processes and --process_id go together")
+  # CPU processes exchange collectives over gloo (TCP); ignored on GPU/TPU.
+  jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  jax.distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+
+
+def main(argv):
+  if len(argv) > 1:
+    _fail(2, f"unexpected arguments {argv[1:]}")
+  std_logging.getLogger("absl").addFilter(_QuietOrbax())
+  try:
+    config = _CONFIG.value
+    if config is None:
+      _fail(2, "--config is required")
+    config.keys()  # config_flags loads lazily: a bad file fails here.
+  except OSError as e:
+    _fail(2, "--config: " + _one_line(str(e)))
+  try:
+    if _MODE.value == "describe":
+      print(json.dumps(describe.describe(config)))
+      return
+    config_lib.validate(config)
+    if not _WORKDIR.value:
+      _fail(2, "--workdir is required for --mode=" + _MODE.value)
+    _init_distributed()
+    if _MODE.value == "train":
+      train.train_and_evaluate(config, _WORKDIR.value)
+    else:
+      train.evaluate(config, _WORKDIR.value)
+  except config_lib.ConfigError as e:
+    _fail(2, str(e))
+  except (FileNotFoundError, ValueError, train.TrainingError) as e:
+    # Missing data, unusable sources, a non-finite loss: the message says it
+    # all; the traceback is in the log with --verbosity=1.
+    logging.debug("Run failed", exc_info=True)
+    _fail(1, f"{type(e).__name__}: {e}")
+
+
+def _one_line(message: str) -> str:
+  message = message.replace("\\n", "\n").replace("\\'", "'")  # KeyError reprs escape both.
+  return " ".join(part.strip() for part in message.splitlines() if part.strip())
+
+
+def _parse_flags(argv):
+  """absl flag parsing with usage errors as one line and exit code 2."""
+  try:
+    return flags.FLAGS(argv)
+  except (flags.Error, ValueError) as e:  # ValueError: an override path config_flags cannot parse.
+    _fail(2, _one_line(str(e)))
+  except (AttributeError, KeyError) as e:  # config_flags: an override names no config field.
+    name, _, hint = _one_line(str(e)).replace("'", "").partition(" ")
+    _fail(2, f"--config override: no field {name}" + (f" ({hint})" if hint else ""))
+
+
+def run():
+  """Console-script entry point (setup.py: mural=mural.main:run)."""
+  app.run(main, flags_parser=_parse_flags)
+
+
+if __name__ == "__main__":
+  run()

@@ -1,0 +1,161 @@
+"""MURAL's optimizer: one LAMB per task, each with its own learning rate.
+
+MURAL trains the image-text task at 1e-3 and the text-text task at 1e-4 while
+both share the text encoder (paper 3.2). A single optimizer over the weighted
+loss sum cannot express that: LAMB normalises each layer's update, so scaling
+one task's loss does not scale its step. The design here:
+
+  * the train step differentiates each task's loss term separately (one
+    jax.grad per task; train.make_grad_fn);
+  * each task's gradient goes through its own optax.lamb, with its own Adam
+    moments and its own warm-up/decay schedule peaking at that task's rate;
+  * the two updates are summed and applied once.
+
+Each task's LAMB only sees the parameters its loss reads (`params_read_by`
+traces the loss and walks its jaxpr): the t2t optimizer never touches the
+image tower and the i2t optimizer never touches the t2t head. Without that
+mask a zero gradient still gets weight decay, and LAMB's trust ratio
+(||param|| / ||update||) blows that decay up to a full-size step that shrinks
+the untouched tower by `lr` every step. The mask also keeps Adam moments of
+the image tower out of the t2t state.
+
+When the t2t task is off (loss.t2t_weight == 0 or no t2t sources) only the
+i2t optimizer exists: that is ALIGN. With t2t_learning_rate == 0 the t2t
+schedule is 0 everywhere and its update is exactly zero, so the run matches
+ALIGN too (tests/test_optim.py, tests/test_train.py).
+
+Weight decay (1e-5, applied inside LAMB before the trust ratio) skips biases
+and norm scales/offsets (by their Flax names 'bias'/'scale', since attention
+biases are 2-D) and every parameter of rank < 2 (the log-temperature); those
+tensors also skip LAMB's trust ratio (see `lamb`).
+"""
+
+import dataclasses
+from typing import Any, Callable, Dict, Mapping
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax.extend import core as jex_core
+
+TASKS = ("i2t", "t2t")
+
+# Primitives through which no gradient flows: a parameter read only through
+# them is not trained by that loss (e.g. a frozen temperature).
+_NO_GRADIENT_PRIMITIVES = ("stop_gradient",)
+
+
+def learning_rate_schedule(peak: float, warmup_steps: int, total_steps: int) -> optax.Schedule:
+  """Linear 0 -> peak over warmup_steps, then linear peak -> 0 at total_steps."""
+  warmup = optax.linear_schedule(0.0, peak, max(warmup_steps, 1))
+  decay = optax.linear_schedule(peak, 0.0, max(total_steps - warmup_steps, 1))
+  return optax.join_schedules([warmup, decay], [warmup_steps])
+
+
+# Flax names of bias and norm parameters: never decayed, whatever their rank
+# (attention q/k/v biases are [heads, kv]).
+_NO_DECAY_NAMES = ("bias", "scale")
+
+
+def weight_decay_mask(params: Any) -> Any:
+  """True for kernels and tables; False for biases, norm scales/offsets and scalars."""
+
+  def decayed(path, p):
+    name = getattr(path[-1], "key", getattr(path[-1], "name", None)) if path else None
+    return jnp.ndim(p) > 1 and name not in _NO_DECAY_NAMES
+
+  return jax.tree_util.tree_map_with_path(decayed, params)
+
+
+def params_read_by(fn: Callable[..., Mapping[str, jax.Array]], params: Any, *args) -> Dict[str, Any]:
+  """For each output of `fn(params, *args)`, a bool tree: which params it depends on.
+
+  Arguments may be ShapeDtypeStructs: the function is only traced, nothing
+  is computed. The walk over the jaxpr is conservative for nested calls (an
+  equation whose result is needed needs all its inputs), except that
+  stop_gradient cuts the path: what gets no gradient is not trained.
+  """
+  jaxpr = jax.make_jaxpr(fn)(params, *args).jaxpr
+  out_tree = jax.tree.structure(jax.eval_shape(fn, params, *args))
+  outs = jax.tree.unflatten(out_tree, jaxpr.outvars)
+  param_tree = jax.tree.structure(params)
+  param_vars = jaxpr.invars[:param_tree.num_leaves]
+  masks = {}
+  for name, out in outs.items():
+    needed = set() if isinstance(out, jex_core.Literal) else {out}
+    for eqn in reversed(jaxpr.eqns):
+      if eqn.primitive.name in _NO_GRADIENT_PRIMITIVES:
+        continue
+      if any(v in needed for v in eqn.outvars):
+        needed.update(v for v in eqn.invars if not isinstance(v, jex_core.Literal))
+    masks[name] = jax.tree.unflatten(param_tree, [v in needed for v in param_vars])
+  return masks
+
+
+def lamb(learning_rate, b1: float, b2: float, eps: float, weight_decay: float,
+         mask=weight_decay_mask) -> optax.GradientTransformation:
+  """LAMB (You et al. 2020) with layer adaptation only where weight decay applies.
+
+  optax.lamb is the same chain but scales every tensor by its trust ratio
+  ||param|| / ||update||. For a tensor that starts at zero (biases, norm
+  offsets, the log-temperature at init 1.0) that ratio is ~0 after the
+  first step, so it never moves again: the learned temperature would stay
+  at its initial value. BERT's and ALIGN's LAMB exclude such tensors from
+  layer adaptation (exclude_from_layer_adaptation = the weight-decay
+  exclusions); so does this one. The rest is optax.lamb's chain.
+  """
+  return optax.chain(
+      optax.scale_by_adam(b1=b1, b2=b2, eps=eps),
+      optax.add_decayed_weights(weight_decay, mask),
+      optax.masked(optax.scale_by_trust_ratio(), mask),
+      optax.scale_by_learning_rate(learning_rate))
+
+
+def task_lamb(optim_config, peak_learning_rate: float, total_steps: int) -> optax.GradientTransformation:
+  """Clip (optional) + LAMB with masked weight decay and the task's schedule."""
+  schedule = learning_rate_schedule(peak_learning_rate, optim_config.warmup_steps, total_steps)
+  tx = lamb(schedule, b1=optim_config.b1, b2=optim_config.b2, eps=optim_config.eps,
+            weight_decay=optim_config.weight_decay)
+  if optim_config.grad_clip_norm is not None:
+    tx = optax.chain(optax.clip_by_global_norm(optim_config.grad_clip_norm), tx)
+  return tx
+
+
+def _only(tx: optax.GradientTransformation, trainable: Any) -> optax.GradientTransformation:
+  """`tx` on the True leaves of `trainable`, exactly-zero updates (and no state) elsewhere."""
+  labels = jax.tree.map(lambda t: "train" if t else "frozen", trainable)
+  return optax.multi_transform({"train": tx, "frozen": optax.set_to_zero()}, labels)
+
+
+@dataclasses.dataclass(frozen=True)
+class MultiTaskOptimizer:
+  """One GradientTransformation per task; `update` sums the tasks' updates."""
+  transforms: Dict[str, optax.GradientTransformation]
+  schedules: Dict[str, optax.Schedule]
+
+  @property
+  def tasks(self):
+    return tuple(self.transforms)
+
+  def init(self, params) -> Dict[str, Any]:
+    return {task: tx.init(params) for task, tx in self.transforms.items()}
+
+  def update(self, grads: Mapping[str, Any], state: Mapping[str, Any], params):
+    """grads[task] -> (summed updates, new state). Every task needs a gradient."""
+    if set(grads) != set(self.transforms):
+      raise ValueError(f"gradients for {sorted(grads)}, optimizers for {sorted(self.transforms)}")
+    total, new_state = None, {}
+    for task, tx in self.transforms.items():
+      updates, new_state[task] = tx.update(grads[task], state[task], params)
+      total = updates if total is None else jax.tree.map(jnp.add, total, updates)
+    return total, new_state
+
+
+def build(config, tasks, trainable: Mapping[str, Any]) -> MultiTaskOptimizer:
+  """The optimizer of the given tasks; trainable[task] is that task's param mask."""
+  peaks = {"i2t": config.optim.i2t_learning_rate, "t2t": config.optim.t2t_learning_rate}
+  transforms, schedules = {}, {}
+  for task in tasks:
+    transforms[task] = _only(task_lamb(config.optim, peaks[task], config.total_steps), trainable[task])
+    schedules[task] = learning_rate_schedule(peaks[task], config.optim.warmup_steps, config.total_steps)
+  return MultiTaskOptimizer(transforms, schedules)

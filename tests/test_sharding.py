@@ -1,0 +1,180 @@
+"""mural.sharding: mesh sizes, the divisibility fallback, and sharded training == 1 device.
+
+The equivalence test runs the tiny model for 10 steps on 1 CPU device and on
+8 forced CPU devices as meshes 8x1x1 (data), 2x4x1 (data x fsdp) and 2x1x4
+(data x model), in subprocesses (the device count is fixed at JAX start-up).
+Losses must agree to 1e-4 relative: the in-batch softmax and batch-norm
+statistics are over the global batch whatever the mesh.
+"""
+
+import importlib.util
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+# Subprocesses share JAX's persistent compilation cache (keyed by program; reruns skip compiles).
+CACHE_ENV = dict(JAX_COMPILATION_CACHE_DIR=os.environ.get("MURAL_TEST_JAX_CACHE", "/tmp/mural_test_jax_cache"),
+                 JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+MESHES = {"8x1x1": (8, 1, 1), "2x4x1": (2, 4, 1), "2x1x4": (2, 1, 4)}
+
+
+def load_config(name="tiny"):
+  spec = importlib.util.spec_from_file_location(name, ROOT / "configs" / f"{name}.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config()
+
+
+def tiny(vocab_path):
+  c = load_config()
+  c.data.vocab_path = vocab_path
+  c.data.synthetic.eval_scenes = 16
+  c.data.synthetic.languages = ["en", "de"]
+  c.data.languages = ["en", "de"]
+  c.eval_every_steps = 0
+  c.checkpoint_every_steps = 10
+  c.shard_min_size = 0  # Shard even the tiny model's small tensors.
+  return c
+
+
+# ---- Pure parts ------------------------------------------------------------------
+
+
+def test_mesh_shape_fills_the_free_axis():
+  from mural import sharding
+  m = lambda d, f, mo: dict(data=d, fsdp=f, model=mo)
+  assert sharding.mesh_shape(m(-1, 1, 1), 8) == (8, 1, 1)
+  assert sharding.mesh_shape(m(2, -1, 1), 8) == (2, 4, 1)
+  assert sharding.mesh_shape(m(-1, 2, 2), 8) == (2, 2, 2)
+  assert sharding.mesh_shape(m(2, 2, 2), 8) == (2, 2, 2)
+
+
+@pytest.mark.parametrize("mesh,message", [
+    ((-1, -1, 1), "at most one axis"), ((3, -1, 1), "multiple of 3"), ((2, 2, 1), "uses 4 devices")])
+def test_mesh_shape_errors_name_config_mesh(mesh, message):
+  from mural import config_lib
+  from mural import sharding
+  with pytest.raises(config_lib.ConfigError, match=rf"^config\.mesh: .*{message}"):
+    sharding.mesh_shape(dict(zip(sharding.MESH_AXES, mesh)), 8)
+
+
+class _FakeMesh:  # fit_spec only reads mesh.shape.
+  shape = {"data": 2, "fsdp": 4, "model": 2}
+
+
+def test_fit_spec_replicates_dims_the_mesh_does_not_divide():
+  from jax.sharding import PartitionSpec as P
+  from mural import sharding
+  mesh = _FakeMesh()
+  assert sharding.fit_spec(P("fsdp", "model"), (8, 6), mesh) == P("fsdp", "model")
+  assert sharding.fit_spec(P("fsdp", "model"), (6, 8), mesh) == P(None, "model")
+  assert sharding.fit_spec(P("model", "fsdp"), (1000, 10), mesh) == P("model")
+  assert sharding.fit_spec(P(("data", "fsdp")), (12,), mesh) == P()  # 12 % 8 != 0.
+  assert sharding.fit_spec(P("fsdp", "model"), (8, 8), mesh, min_size=100) == P()
+
+
+def test_fit_spec_moves_fsdp_to_the_largest_dim_it_divides():
+  from jax.sharding import PartitionSpec as P
+  from mural import sharding
+  mesh = _FakeMesh()
+  fit = lambda spec, shape: sharding.fit_spec(spec, shape, mesh, fsdp_fallback=True)
+  assert fit(P(None, "fsdp"), (1000, 6)) == P("fsdp")  # 6 % 4: FSDP moves to the 1000 dim.
+  assert fit(P(None, None, None, "fsdp"), (3, 3, 16, 6)) == P(None, None, "fsdp")
+  assert fit(P("model", None), (6, 12)) == P("model")  # The rules keep it off fsdp.
+  assert fit(P("fsdp", "model"), (6, 8)) == P(None, "model")  # No free dim it divides.
+  assert fit(P("fsdp"), (8,)) == P("fsdp")  # Already used: unchanged.
+
+
+def test_rules_validation_names_the_rule():
+  from mural import config_lib
+  c = load_config()
+  c.sharding_rules = [("embed", "fsdp"), ("mlp", "tensor")]
+  with pytest.raises(config_lib.ConfigError, match=r"^config\.sharding_rules\[1\]: mesh axis 'tensor'"):
+    config_lib.validate(c)
+
+
+# ---- Sharded training equals single-device training ------------------------------
+
+
+def _worker(workdir: str, vocab_path: str, meshes):
+  """Runs in a subprocess: trains on each mesh, prints one JSON line per mesh."""
+  import jax
+  from mural import sharding
+  from mural import train
+  for name in meshes:
+    config = tiny(vocab_path)
+    config.mesh.data, config.mesh.fsdp, config.mesh.model = MESHES.get(name, (1, 1, 1))
+    result = train.train_and_evaluate(config, os.path.join(workdir, name), eval_sets=[])
+    state = result["state"]
+    losses = [json.loads(l)["loss"] for l in open(os.path.join(workdir, name, "metrics.jsonl"))]
+    params = sharding.describe(jax.tree.map(lambda x: x.sharding, state.params))
+    mu = sharding.describe(jax.tree.map(lambda x: x.sharding, state.opt_state))
+    stats = jax.tree.leaves(jax.device_get(state.batch_stats))
+    print("RESULT " + json.dumps(dict(
+        mesh=name, devices=jax.device_count(), losses=losses, params=params, opt_state=mu,
+        batch_stats=[np.asarray(s).ravel()[:8].tolist() for s in stats[:6]],
+        expected=sharding.describe(train._build(config).state_shardings.params))), flush=True)
+
+
+def _run_worker(tmp_path, vocab_path, devices, meshes):
+  env = dict(os.environ, **CACHE_ENV, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3",
+             XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+  r = subprocess.run([sys.executable, __file__, str(tmp_path), vocab_path, *meshes], cwd=ROOT, env=env,
+                     capture_output=True, text=True, timeout=900)
+  assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+  out = [json.loads(l[len("RESULT "):]) for l in r.stdout.splitlines() if l.startswith("RESULT ")]
+  return {o["mesh"]: o for o in out}
+
+
+@pytest.fixture(scope="module")
+def vocab_path(tmp_path_factory):
+  from mural import train
+  config = tiny("")
+  saved, train.VOCAB_RECORDS_PER_SOURCE = train.VOCAB_RECORDS_PER_SOURCE, 1000
+  try:
+    return train._tokenizer(config, str(tmp_path_factory.mktemp("vocab"))).vocab_path
+  finally:
+    train.VOCAB_RECORDS_PER_SOURCE = saved
+
+
+def test_sharded_training_matches_one_device(tmp_path, vocab_path):
+  single = _run_worker(tmp_path / "one", vocab_path, 1, ["1x1x1"])["1x1x1"]
+  sharded = _run_worker(tmp_path / "eight", vocab_path, 8, list(MESHES))
+  want = np.asarray(single["losses"])
+  assert len(want) == 10 and np.all(np.isfinite(want))
+  for name, run in sharded.items():
+    assert run["devices"] == 8
+    got = np.asarray(run["losses"])
+    rel = np.max(np.abs(got - want) / np.abs(want))
+    print(f"{name}: max relative loss difference over 10 steps {rel:.2e}")
+    assert rel < 1e-4, (name, got, want)
+    # Batch-norm statistics are global-batch moments on every mesh.
+    np.testing.assert_allclose(np.asarray(run["batch_stats"]), np.asarray(single["batch_stats"]),
+                               rtol=1e-3, atol=1e-5)
+    # The arrays carry the shardings the rules ask for.
+    assert run["params"] == run["expected"], name
+
+  fsdp = sharded["2x4x1"]["params"]
+  assert fsdp["text_tower/layer_0/mlp_in/kernel"] == "P('fsdp', 'model')"
+  assert fsdp["text_tower/layer_0/mlp_out/kernel"] == "P('model', 'fsdp')"
+  assert fsdp["i2t_head/dense/kernel"] == "P('fsdp',)"
+  assert fsdp["text_tower/embed_norm/scale"] == "P()"
+  assert fsdp["log_temperature"] == "P()"
+  model = sharded["2x1x4"]["params"]
+  assert model["text_tower/token_embed/embedding"] == "P('model', 'fsdp')"
+  assert model["text_tower/layer_0/attention/query/kernel"] == "P('fsdp', 'model')"
+  # Adam moments follow their parameter; counters are replicated.
+  moments = {k: v for k, v in sharded["2x4x1"]["opt_state"].items() if k.endswith("layer_0/mlp_in/kernel")}
+  assert moments and set(moments.values()) == {"P('fsdp', 'model')"}
+  counts = {k: v for k, v in sharded["2x4x1"]["opt_state"].items() if k.endswith("count")}
+  assert counts and set(counts.values()) == {"P()"}
+
+
+if __name__ == "__main__":
+  _worker(sys.argv[1], sys.argv[2], sys.argv[3:])

@@ -1,0 +1,308 @@
+"""mural.train end to end on configs/tiny.py: outputs, resume, ALIGN equivalence, accumulation, failures.
+
+Every run uses the real input pipeline on the built-in synthetic data and a
+vocab learned once per session. Runs are a few steps of the tiny model; the
+compile of the train step dominates (~15-30 s per distinct step function).
+"""
+
+import importlib.util
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from mural import config_lib
+from mural import train
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+# Several runs below compile the same step function: JAX's persistent cache
+# turns the later compiles into a lookup (safe: keyed by the program).
+JAX_CACHE = os.environ.get("MURAL_TEST_JAX_CACHE", "/tmp/mural_test_jax_cache")
+jax.config.update("jax_compilation_cache_dir", JAX_CACHE)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+
+
+def load_config(name="tiny"):
+  spec = importlib.util.spec_from_file_location(name, ROOT / "configs" / f"{name}.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config()
+
+
+@pytest.fixture(scope="module")
+def vocab_path(tmp_path_factory):
+  """One wordpiece vocab for every run of this module (learning it is the slow part of setup)."""
+  config = load_config()
+  config.data.synthetic.eval_scenes = 16
+  workdir = tmp_path_factory.mktemp("vocab")
+  train.VOCAB_RECORDS_PER_SOURCE, saved = 1000, train.VOCAB_RECORDS_PER_SOURCE
+  try:
+    return train._tokenizer(config, str(workdir)).vocab_path
+  finally:
+    train.VOCAB_RECORDS_PER_SOURCE = saved
+
+
+def tiny(vocab_path, **overrides):
+  c = load_config()
+  c.data.vocab_path = vocab_path
+  c.data.synthetic.eval_scenes = 16  # Eval: 16 held-out scenes per language.
+  c.data.synthetic.languages = ["en", "de", "sw"]
+  c.data.languages = ["en", "de", "sw"]
+  c.model.text.dropout_rate = 0.1
+  for key, value in overrides.items():
+    node = c
+    *parents, leaf = key.split(".")
+    for p in parents:
+      node = node[p]
+    node[leaf] = value
+  return c
+
+
+def read_jsonl(path):
+  return [json.loads(l) for l in pathlib.Path(path).read_text().splitlines()]
+
+
+class _Iterator:
+  """Wraps the real training iterator; a hook runs before batch number `at` (1-based)."""
+
+  def __init__(self, inner, at, hook):
+    self.inner, self.at, self.hook, self.count = inner, at, hook, 0
+
+  def __iter__(self):
+    return self
+
+  def __next__(self):
+    self.count += 1
+    batch = next(self.inner)
+    if self.count == self.at:
+      batch = self.hook(batch) or batch
+    return batch
+
+  def get_state(self):
+    return self.inner.get_state()
+
+  def set_state(self, state):
+    self.inner.set_state(state)
+
+  def skip_counts(self):
+    return self.inner.skip_counts()
+
+
+def _pipeline(config, workdir):
+  return train._input(config, str(workdir))[1]
+
+
+# ---- End to end + resume -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(vocab_path, tmp_path_factory):
+  """10 steps, eval and checkpoint every 5: the reference run."""
+  workdir = tmp_path_factory.mktemp("full")
+  config = tiny(vocab_path)
+  result = train.train_and_evaluate(config, str(workdir))
+  return config, workdir, result
+
+
+def test_end_to_end_outputs(uninterrupted):
+  config, workdir, result = uninterrupted
+  lines = read_jsonl(workdir / "metrics.jsonl")
+  assert [l["step"] for l in lines] == list(range(1, 11))
+  for key in ("loss", "loss/i2t", "loss/t2i", "loss/l2r", "loss/r2l", "temperature", "lr/i2t",
+              "lr/t2t", "grad_norm/i2t", "grad_norm/t2t", "examples_per_sec", "step_time_sec",
+              "i2t/undecodable_image"):
+    assert key in lines[-1], key
+  assert all(np.isfinite(l["loss"]) for l in lines)
+  assert lines[-1]["lr/i2t"] == pytest.approx(float(
+      train.optim.learning_rate_schedule(config.optim.i2t_learning_rate, 2, 10)(9)))
+  for step in (5, 10):
+    assert (workdir / "checkpoints" / str(step) / "state").is_dir()
+    scores = json.loads((workdir / "eval" / f"step_{step}.json").read_text())
+    assert scores["step"] == step
+    for lang in ("en", "de", "sw"):
+      assert 0.0 <= scores[f"{lang}/mR"] <= 100.0
+    assert "en-de/acc" in scores and "en-sw/acc" in scores
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  tags = {(e.step, v.tag) for f in workdir.glob("events.out.tfevents.*")
+          for e in tf.compat.v1.train.summary_iterator(str(f)) for v in e.summary.value}
+  assert {(10, "train/loss"), (10, "train/lr/t2t"), (10, "eval/en/mR"), (5, "eval/en-de/acc")} <= tags
+  assert result["step"] == 10 and not result["preempted"]
+  assert result["eval"]["en/mR"] == scores["en/mR"]
+  assert (workdir / "vocab.txt").exists() is False  # vocab_path given: nothing learned here.
+
+
+def test_sigterm_checkpoints_and_resume_matches_uninterrupted(uninterrupted, vocab_path, tmp_path):
+  """SIGTERM before step 7's batch -> checkpoint 7 and stop; a rerun resumes and
+  ends with the same losses and parameters as the run that never stopped."""
+  config, full_dir, full = uninterrupted
+  workdir = tmp_path / "interrupted"
+  sigterm = lambda batch: os.kill(os.getpid(), signal.SIGTERM)
+  stopped = train.train_and_evaluate(
+      config, str(workdir), train_iter=_Iterator(_pipeline(config, workdir), 7, sigterm))
+  assert stopped["preempted"] and stopped["step"] == 7
+  assert sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit()) == [5, 7]
+  assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # Handler restored.
+
+  resumed = train.train_and_evaluate(config, str(workdir))
+  assert resumed["step"] == 10
+  got, want = read_jsonl(workdir / "metrics.jsonl"), read_jsonl(full_dir / "metrics.jsonl")
+  assert [l["step"] for l in got] == list(range(1, 11))  # Each step logged once.
+  for g, w in zip(got, want):
+    assert g["loss"] == w["loss"], g["step"]
+    assert g["loss/l2r"] == w["loss/l2r"], g["step"]
+  jax.tree.map(np.testing.assert_array_equal, jax.device_get(resumed["state"].params),
+               jax.device_get(full["state"].params))
+  jax.tree.map(np.testing.assert_array_equal, jax.device_get(resumed["state"].opt_state),
+               jax.device_get(full["state"].opt_state))
+  assert resumed["eval"] == full["eval"]
+
+
+def test_eval_mode_reads_the_latest_checkpoint(uninterrupted):
+  config, workdir, result = uninterrupted
+  scores = train.evaluate(config, str(workdir))
+  assert scores == result["eval"]
+
+
+# ---- ALIGN equivalence ------------------------------------------------------------------
+
+
+def _params_without_t2t_head(state):
+  params = dict(jax.device_get(state.params))
+  params.pop("t2t_head", None)
+  return params
+
+
+def test_t2t_weight_zero_or_rate_zero_is_align(vocab_path, tmp_path):
+  steps = dict(total_steps=4, checkpoint_every_steps=4, eval_every_steps=0, log_every_steps=4)
+  align = tiny(vocab_path, **steps, **{"loss.t2t_weight": 0.0, "model.heads.t2t": False})
+  align.data.t2t_sources = []
+  runs = {
+      "align": align,
+      "weight0": tiny(vocab_path, **steps, **{"loss.t2t_weight": 0.0}),
+      "rate0": tiny(vocab_path, **steps, **{"optim.t2t_learning_rate": 0.0}),
+  }
+  out = {name: train.train_and_evaluate(c, str(tmp_path / name)) for name, c in runs.items()}
+  assert set(out["align"]["state"].opt_state) == {"i2t"}
+  assert set(out["weight0"]["state"].opt_state) == {"i2t"}  # The t2t branch is absent.
+  assert set(out["rate0"]["state"].opt_state) == {"i2t", "t2t"}
+  reference = _params_without_t2t_head(out["align"]["state"])
+  assert "t2t_head" not in out["weight0"]["state"].params
+  jax.tree.map(np.testing.assert_array_equal, _params_without_t2t_head(out["weight0"]["state"]), reference)
+  # rate 0: exactly-zero t2t updates, so the same params up to float round-off
+  # (XLA fuses the two programs differently; a bias that feeds a batch norm
+  # gets only round-off gradients, which Adam scales up to ~1e-5 steps).
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5),
+               _params_without_t2t_head(out["rate0"]["state"]), reference)
+  # ... and the t2t head was never moved.
+  moved = jax.device_get(out["rate0"]["state"].params["t2t_head"])
+  init = jax.device_get(jax.jit(train._build(runs["rate0"]).init)(jax.random.PRNGKey(0)).params["t2t_head"])
+  jax.tree.map(np.testing.assert_array_equal, moved, init)
+  assert out["rate0"]["train"]["loss/i2t"] == pytest.approx(out["align"]["train"]["loss/i2t"], rel=1e-6)
+
+
+# ---- Gradient accumulation -------------------------------------------------------------
+
+
+def test_grad_accumulation_averages_micro_batch_gradients(vocab_path):
+  """k=2 on a batch == mean of k=1 gradients on rows 0::2 and 1::2 (each its own softmax)."""
+  config = tiny(vocab_path, **{"optim.grad_accum_steps": 2})
+  setup = train._build(config)
+  state = jax.jit(setup.init)(jax.random.PRNGKey(0))
+  rng = np.random.default_rng(0)
+  shapes = train.batch_shapes(config, setup.tasks)
+  batch = {}
+  for k, s in shapes.items():
+    if s.dtype == jnp.float32:
+      batch[k] = rng.normal(size=s.shape).astype(np.float32)
+    elif s.dtype == jnp.bool_:
+      batch[k] = np.ones(s.shape, bool)
+    elif k.endswith("mask"):
+      batch[k] = (np.arange(s.shape[1]) < rng.integers(3, s.shape[1], size=(s.shape[0], 1))).astype(np.int32)
+    else:
+      batch[k] = rng.integers(5, 200, size=s.shape).astype(np.int32)
+  key = jax.random.PRNGKey(3)
+  args = (setup.model, config.loss, setup.tasks)
+  accumulated = jax.jit(train.make_grad_fn(*args, 2, setup.mesh, setup.rules))
+  single = jax.jit(train.make_grad_fn(*args, 1, setup.mesh, setup.rules))
+  grads, stats, metrics = accumulated(state.params, state.batch_stats, batch, key)
+  g0, s0, m0 = single(state.params, state.batch_stats, {k: v[0::2] for k, v in batch.items()},
+                      jax.random.fold_in(key, 0))
+  g1, s1, m1 = single(state.params, s0, {k: v[1::2] for k, v in batch.items()}, jax.random.fold_in(key, 1))
+  mean = jax.tree.map(lambda a, b: (a + b) / 2, g0, g1)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-4, atol=1e-6), grads, mean)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), stats, s1)
+  assert float(metrics["loss"]) == pytest.approx((float(m0["loss"]) + float(m1["loss"])) / 2, rel=1e-5)
+
+
+# ---- Failure paths -----------------------------------------------------------------------
+
+
+def test_non_finite_loss_names_the_step(vocab_path, tmp_path):
+  # The reference run's schedule (so its compiled step is reused); logs only at step 5.
+  config = tiny(vocab_path, log_every_steps=5, checkpoint_every_steps=10, eval_every_steps=0)
+
+  def poison(batch):
+    batch = dict(batch)
+    batch["image"] = np.full_like(batch["image"], np.nan)
+    return batch
+
+  with pytest.raises(train.TrainingError, match=r"^step 3: the training loss is nan"):
+    train.train_and_evaluate(config, str(tmp_path), train_iter=_Iterator(_pipeline(config, tmp_path), 3, poison))
+
+
+def _main(*args, timeout=120, **env):
+  env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3", **env)
+  return subprocess.run([sys.executable, "-m", "mural.main", *args], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=timeout)
+
+
+def test_main_bad_config_value_is_one_line_exit_2(tmp_path):
+  r = _main("--config=configs/tiny.py", "--config.optim.b1=1.5", f"--workdir={tmp_path}")
+  assert r.returncode == 2, r.stderr[-2000:]
+  assert r.stderr.strip().splitlines()[-1] == "mural: error: config.optim.b1: must be in [0, 1), got 1.5"
+  assert "Traceback" not in r.stderr
+
+
+def test_main_unknown_config_field_is_one_line_exit_2(tmp_path):
+  r = _main("--config=configs/tiny.py", "--config.optim.learning_rate=1e-3", f"--workdir={tmp_path}")
+  assert r.returncode == 2, r.stderr[-2000:]
+  last = r.stderr.strip().splitlines()[-1]
+  assert last.startswith("mural: error:") and "learning_rate" in last
+  assert "Traceback" not in r.stderr
+
+
+def test_main_missing_data_path_is_a_clear_error(tmp_path):
+  missing = tmp_path / "no_such_dir"
+  r = _main("--config=configs/flickr8k.py", f"--workdir={tmp_path / 'w'}",
+            MURAL_FLICKR8K_DIR=str(missing), MURAL_MULTI30K_DIR=str(missing))
+  assert r.returncode == 1, r.stderr[-2000:]
+  last = r.stderr.strip().splitlines()[-1]
+  assert last.startswith("mural: error: ValueError: ") and str(missing) in last, last
+  assert "Traceback" not in r.stderr
+
+
+def test_main_unparsable_override_is_one_line_exit_2(tmp_path):
+  r = _main("--config=configs/tiny.py", "--config.data.i2t_sources.0.path=/x", f"--workdir={tmp_path}")
+  assert r.returncode == 2, r.stderr[-2000:]
+  assert r.stderr.strip().splitlines()[-1].startswith("mural: error:")
+  assert "Traceback" not in r.stderr
+
+
+def test_main_describe_prints_json():
+  r = _main("--config=configs/tiny.py", "--mode=describe")
+  assert r.returncode == 0, r.stderr[-2000:]
+  counts = json.loads(r.stdout.strip().splitlines()[-1])
+  assert counts["total"] > 0 and set(counts) >= {"image_tower", "text_encoder", "heads", "total"}
+
+
+def test_mesh_that_does_not_fit_is_a_config_error(vocab_path):
+  config = tiny(vocab_path, **{"mesh.data": 3})
+  with pytest.raises(config_lib.ConfigError, match=r"config\.mesh"):
+    train._build(config)
