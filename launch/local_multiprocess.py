@@ -10,7 +10,8 @@ Each process gets JAX_PLATFORMS=cpu, XLA_FLAGS=--xla_force_host_platform_device_
 gloo CPU collectives. Arguments after `--` go to every process. Output lines
 are prefixed with [i]. If one process fails the others are stopped (a lone
 survivor would wait in a collective forever); the exit code is the first
-failure's.
+failure's. SIGTERM or Ctrl-C to the launcher is passed on to every process as
+SIGTERM: they agree on a step, checkpoint and exit; rerunning resumes.
 
 `--script=PATH` runs a Python file with the same flags instead of mural.main
 (tests/test_multihost.py uses it).
@@ -18,10 +19,12 @@ failure's.
 
 import argparse
 import os
+import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 
 
 def free_port() -> int:
@@ -37,32 +40,45 @@ def _pump(stream, prefix: str, out):
 
 
 def launch(num_processes: int, devices_per_process: int, args, script=None, port: int = 0,
-           env=None) -> int:
+           env=None, grace_s: float = 60.0) -> int:
   """Starts the processes, streams their output, returns the first non-zero exit code (or 0).
 
   Runs `python -m mural.main ARGS` (or `python SCRIPT ARGS`) plus the
-  multi-process flags in each process.
+  multi-process flags in each process. After a failure the others get
+  SIGTERM and `grace_s` seconds before SIGKILL.
   """
   port = port or free_port()
   procs, pumps = [], []
-  for i in range(num_processes):
-    proc_env = dict(os.environ if env is None else env)
-    proc_env.update(
-        JAX_PLATFORMS="cpu",
-        JAX_CPU_COLLECTIVES_IMPLEMENTATION="gloo",
-        XLA_FLAGS=f"--xla_force_host_platform_device_count={devices_per_process}")
-    program = [script] if script else ["-m", "mural.main"]
-    cmd = [sys.executable, *program, *args, f"--coordinator_address=127.0.0.1:{port}",
-           f"--num_processes={num_processes}", f"--process_id={i}"]
-    p = subprocess.Popen(cmd, env=proc_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    t = threading.Thread(target=_pump, args=(p.stdout, f"[{i}] ", sys.stdout), daemon=True)
-    t.start()
-    procs.append(p)
-    pumps.append(t)
-  code = 0
+
+  def forward(signum, frame):  # SIGTERM / Ctrl-C: every process checkpoints and stops.
+    del frame
+    for p in procs:
+      if p.poll() is None:
+        p.send_signal(signal.SIGTERM if signum == signal.SIGINT else signum)
+
+  previous = {}
+  if threading.current_thread() is threading.main_thread():
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+  code, deadline = 0, None
   try:
+    for i in range(num_processes):
+      proc_env = dict(os.environ if env is None else env)
+      proc_env.update(
+          JAX_PLATFORMS="cpu",
+          JAX_CPU_COLLECTIVES_IMPLEMENTATION="gloo",
+          XLA_FLAGS=f"--xla_force_host_platform_device_count={devices_per_process}")
+      program = [script] if script else ["-m", "mural.main"]
+      cmd = [sys.executable, *program, *args, f"--coordinator_address=127.0.0.1:{port}",
+             f"--num_processes={num_processes}", f"--process_id={i}"]
+      p = subprocess.Popen(cmd, env=proc_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+      t = threading.Thread(target=_pump, args=(p.stdout, f"[{i}] ", sys.stdout), daemon=True)
+      t.start()
+      procs.append(p)
+      pumps.append(t)
     pending = list(procs)
     while pending:
+      if deadline is not None and time.time() > deadline:
+        break  # The finally kills what is left.
       for p in list(pending):
         try:
           rc = p.wait(timeout=0.5)
@@ -70,7 +86,7 @@ def launch(num_processes: int, devices_per_process: int, args, script=None, port
           continue
         pending.remove(p)
         if rc != 0 and code == 0:
-          code = rc
+          code, deadline = rc, time.time() + grace_s
           for other in pending:  # Only our own children, by handle.
             other.terminate()
   finally:
@@ -79,6 +95,8 @@ def launch(num_processes: int, devices_per_process: int, args, script=None, port
         p.kill()
     for t in pumps:
       t.join(timeout=5)
+    for s, handler in previous.items():
+      signal.signal(s, handler)
   return code
 
 

@@ -7,8 +7,9 @@ one task's loss does not scale its step. The design here:
 
   * the train step differentiates each task's loss term separately (one
     jax.grad per task; train.make_grad_fn);
-  * each task's gradient goes through its own optax.lamb, with its own Adam
-    moments and its own warm-up/decay schedule peaking at that task's rate;
+  * each task's gradient goes through its own LAMB (`lamb`: optax's LAMB
+    chain), with its own Adam moments and its own warm-up/decay schedule
+    peaking at that task's rate;
   * the two updates are summed and applied once.
 
 Each task's LAMB only sees the parameters its loss reads (`params_read_by`
@@ -37,8 +38,6 @@ import jax
 import jax.numpy as jnp
 import optax
 from jax.extend import core as jex_core
-
-TASKS = ("i2t", "t2t")
 
 # Primitives through which no gradient flows: a parameter read only through
 # them is not trained by that loss (e.g. a frozen temperature).

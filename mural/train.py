@@ -179,9 +179,9 @@ def make_train_step(model, optimizer: optim.MultiTaskOptimizer, config, mesh, ru
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     for task in optimizer.tasks:
-      metrics[f"grad_norm/{task}"] = optax.global_norm(grads[task])
+      metrics[f"grad_norm/{task}"] = optax.tree.norm(grads[task])
       metrics[f"lr/{task}"] = optimizer.schedules[task](state.step)
-    metrics["param_norm"] = optax.global_norm(params)
+    metrics["param_norm"] = optax.tree.norm(params)
     new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state,
                               batch_stats=batch_stats)
     return new_state, metrics

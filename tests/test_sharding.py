@@ -122,14 +122,23 @@ def _worker(workdir: str, vocab_path: str, meshes):
         expected=sharding.describe(train._build(config).state_shardings.params))), flush=True)
 
 
-def _run_worker(tmp_path, vocab_path, devices, meshes):
+def _start_worker(workdir, vocab_path, devices, meshes):
+  """Popen of the worker; output goes to files (two workers run side by side)."""
   env = dict(os.environ, **CACHE_ENV, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3",
              XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
-  r = subprocess.run([sys.executable, __file__, str(tmp_path), vocab_path, *meshes], cwd=ROOT, env=env,
-                     capture_output=True, text=True, timeout=900)
-  assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-  out = [json.loads(l[len("RESULT "):]) for l in r.stdout.splitlines() if l.startswith("RESULT ")]
-  return {o["mesh"]: o for o in out}
+  workdir.mkdir(parents=True)
+  out, err = open(workdir / "stdout.txt", "w"), open(workdir / "stderr.txt", "w")
+  return workdir, subprocess.Popen([sys.executable, __file__, str(workdir), vocab_path, *meshes],
+                                   cwd=ROOT, env=env, stdout=out, stderr=err)
+
+
+def _results(worker):
+  workdir, proc = worker
+  proc.wait(timeout=900)
+  out, err = (workdir / "stdout.txt").read_text(), (workdir / "stderr.txt").read_text()
+  assert proc.returncode == 0, out[-3000:] + err[-3000:]
+  results = [json.loads(l[len("RESULT "):]) for l in out.splitlines() if l.startswith("RESULT ")]
+  return {r["mesh"]: r for r in results}
 
 
 @pytest.fixture(scope="module")
@@ -144,8 +153,9 @@ def vocab_path(tmp_path_factory):
 
 
 def test_sharded_training_matches_one_device(tmp_path, vocab_path):
-  single = _run_worker(tmp_path / "one", vocab_path, 1, ["1x1x1"])["1x1x1"]
-  sharded = _run_worker(tmp_path / "eight", vocab_path, 8, list(MESHES))
+  one = _start_worker(tmp_path / "one", vocab_path, 1, ["1x1x1"])  # The two run side by side.
+  eight = _start_worker(tmp_path / "eight", vocab_path, 8, list(MESHES))
+  single, sharded = _results(one)["1x1x1"], _results(eight)
   want = np.asarray(single["losses"])
   assert len(want) == 10 and np.all(np.isfinite(want))
   for name, run in sharded.items():
