@@ -17,7 +17,11 @@ data, non-finite loss, ...); 2 bad flags or config (one line naming the field).
 
 import json
 import logging as std_logging
+import os
 import sys
+
+# TensorFlow (the input pipeline) logs INFO lines about CPU features at import.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app
 from absl import flags
