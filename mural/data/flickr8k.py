@@ -18,6 +18,8 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from mural.data import paths
+
 ENV_VAR = "MURAL_FLICKR8K_DIR"
 LANGUAGES = ("en", "zh", "ar", "de", "fr", "cs")
 COLUMNS = ("image", "flickr8k_split", "lang", "source", "kind", "caption")
@@ -27,17 +29,7 @@ SPLIT_ALIASES = {"val": "dev", "validation": "dev"}  # And 'all': every row.
 
 def data_dir(path: Optional[str] = None) -> str:
   """path -> $MURAL_FLICKR8K_DIR -> <repo>/../shared/data/flickr8k_1k; ValueError naming the path."""
-  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  if path:
-    d, where = path, "the source's path"
-  elif os.environ.get(ENV_VAR):
-    d, where = os.environ[ENV_VAR], f"${ENV_VAR}"
-  else:
-    d, where = os.path.normpath(os.path.join(repo, "..", "shared", "data", "flickr8k_1k")), "the default"
-  if not os.path.isfile(os.path.join(d, "captions.tsv")):
-    raise ValueError(f"Flickr8k directory {d} ({where}) does not exist or lacks captions.tsv; "
-                     f"set the source's 'path' or ${ENV_VAR}")
-  return d
+  return paths.resolve_data_dir(path, ENV_VAR, "flickr8k_1k", "captions.tsv", "Flickr8k")
 
 
 @dataclasses.dataclass(frozen=True)

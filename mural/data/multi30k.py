@@ -18,6 +18,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
+from mural.data import paths
+
 ENV_VAR = "MURAL_MULTI30K_DIR"
 LANGUAGES = ("en", "de", "fr", "cs")  # Task 1; test_2017_* have no cs.
 TASK2_LANGUAGES = ("en", "de")
@@ -38,17 +40,7 @@ PAIR_KINDS = ("translation", "comparable")
 
 def data_dir(path: Optional[str] = None) -> str:
   """path -> $MURAL_MULTI30K_DIR -> <repo>/../shared/data/multi30k; ValueError naming what was tried."""
-  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  if path:
-    d, where = path, "the source's path"
-  elif os.environ.get(ENV_VAR):
-    d, where = os.environ[ENV_VAR], f"${ENV_VAR}"
-  else:
-    d, where = os.path.normpath(os.path.join(repo, "..", "shared", "data", "multi30k")), "the default"
-  if not os.path.isdir(os.path.join(d, "task1")):
-    raise ValueError(f"Multi30k directory {d} ({where}) does not exist or lacks task1/; "
-                     f"set the source's 'path' or ${ENV_VAR}")
-  return d
+  return paths.resolve_data_dir(path, ENV_VAR, "multi30k", "task1/", "Multi30k")
 
 
 def _read_lines(path: str) -> List[str]:
