@@ -330,3 +330,15 @@ def _validate_sharding_rules(rules) -> None:
     axes = () if axes is None else tuple(axes) if isinstance(axes, (list, tuple)) else (axes,)
     for a in axes:
       _require(a in _MESH_AXES, field, f"mesh axis {a!r} not in {_MESH_AXES}")
+
+
+def from_file(path) -> ml_collections.ConfigDict:
+  """`get_config()` of a config file (configs/*.py), for tests and notebooks."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  path = str(path)
+  spec = importlib.util.spec_from_file_location(f"mural_config_{abs(hash(path))}", path)
+  if spec is None:
+    raise ConfigError(f"config file {path} cannot be loaded")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config()

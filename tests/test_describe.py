@@ -1,7 +1,6 @@
 """describe() on the paper configs: counts near the MURAL paper's, shapes only."""
 
 import functools
-import importlib.util
 import json
 import pathlib
 
@@ -27,10 +26,7 @@ def counts_of(name):
 
 
 def load_config(name):
-  spec = importlib.util.spec_from_file_location(f"configs_{name}", CONFIGS / f"{name}.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config()
+  return config_lib.from_file(CONFIGS / f"{name}.py")
 
 
 @pytest.mark.parametrize("name", sorted(PAPER))

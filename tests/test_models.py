@@ -6,7 +6,6 @@ wherever values are not needed.
 """
 
 import functools
-import importlib.util
 import math
 import pathlib
 
@@ -29,10 +28,7 @@ LOGICAL_NAMES = {"vocab", "token_embed", "embed", "mlp", "heads", "kv", "positio
 
 
 def load_config(name):
-  spec = importlib.util.spec_from_file_location(f"configs_{name}", CONFIGS / f"{name}.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config()
+  return config_lib.from_file(CONFIGS / f"{name}.py")
 
 
 def _count(tree):

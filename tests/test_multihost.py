@@ -11,7 +11,6 @@ and evaluation embedding on a mesh that spans processes.
 """
 
 import argparse
-import importlib.util
 import json
 import os
 import pathlib
@@ -20,6 +19,8 @@ import sys
 
 import numpy as np
 import pytest
+
+from mural import config_lib  # ml_collections only: imports no JAX.
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # No persistent compilation cache here: a process that loads an executable
@@ -30,10 +31,7 @@ STEPS = 6
 
 
 def load_config(name="tiny"):
-  spec = importlib.util.spec_from_file_location(name, ROOT / "configs" / f"{name}.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config()
+  return config_lib.from_file(ROOT / "configs" / f"{name}.py")
 
 
 def tiny(vocab_path):
@@ -122,6 +120,7 @@ def test_two_processes_match_one_process(tmp_path, vocab_path):
   code = f"""
 import sys; sys.path.insert(0, {str(ROOT / 'tests')!r})
 from test_multihost import tiny
+from mural import config_lib
 from mural import train
 import json
 r = train.train_and_evaluate(tiny({vocab_path!r}), {str(one)!r})

@@ -1,6 +1,5 @@
 """mural.optim: schedule values, weight-decay masks, LAMB against NumPy, per-task rates."""
 
-import importlib.util
 import pathlib
 
 import jax
@@ -10,6 +9,7 @@ import numpy as np
 import optax
 import pytest
 
+from mural import config_lib
 from mural import losses
 from mural import models
 from mural import optim
@@ -18,10 +18,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def load_config(name):
-  spec = importlib.util.spec_from_file_location(name, ROOT / "configs" / f"{name}.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config()
+  return config_lib.from_file(ROOT / "configs" / f"{name}.py")
 
 
 def optim_config(**overrides):

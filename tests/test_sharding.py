@@ -7,7 +7,6 @@ Losses must agree to 1e-4 relative: the in-batch softmax and batch-norm
 statistics are over the global batch whatever the mesh.
 """
 
-import importlib.util
 import json
 import os
 import pathlib
@@ -17,6 +16,8 @@ import sys
 import numpy as np
 import pytest
 
+from mural import config_lib  # ml_collections only: imports no JAX.
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Subprocesses share JAX's persistent compilation cache (keyed by program; reruns skip compiles).
 CACHE_ENV = dict(JAX_COMPILATION_CACHE_DIR=os.environ.get("MURAL_TEST_JAX_CACHE", "/tmp/mural_test_jax_cache"),
@@ -25,10 +26,7 @@ MESHES = {"8x1x1": (8, 1, 1), "2x4x1": (2, 4, 1), "2x1x4": (2, 1, 4)}
 
 
 def load_config(name="tiny"):
-  spec = importlib.util.spec_from_file_location(name, ROOT / "configs" / f"{name}.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config()
+  return config_lib.from_file(ROOT / "configs" / f"{name}.py")
 
 
 def tiny(vocab_path):

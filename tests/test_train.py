@@ -5,7 +5,6 @@ vocab learned once per session. Runs are a few steps of the tiny model; the
 compile of the train step dominates (~15-30 s per distinct step function).
 """
 
-import importlib.util
 import json
 import os
 import pathlib
@@ -30,10 +29,7 @@ jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 
 
 def load_config(name="tiny"):
-  spec = importlib.util.spec_from_file_location(name, ROOT / "configs" / f"{name}.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config()
+  return config_lib.from_file(ROOT / "configs" / f"{name}.py")
 
 
 @pytest.fixture(scope="module")
