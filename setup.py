@@ -15,6 +15,7 @@ INSTALL_REQUIRES = [
     "tensorflow-datasets>=4.9,<5",
     "clu>=0.0.12",
     "numpy>=1.26",
+    "Pillow>=10.1",
 ]
 
 setuptools.setup(
