@@ -14,6 +14,7 @@ INSTALL_REQUIRES = [
     "tensorflow-text>=2.21,<2.22",
     "tensorflow-datasets>=4.9,<5",
     "clu>=0.0.12",
+    "tensorboard>=2.21,<2.22",  # clu.metric_writers writes TensorBoard event files through it.
     "numpy>=1.26",
     "Pillow>=10.1",
 ]

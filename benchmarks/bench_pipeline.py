@@ -20,6 +20,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 from mural import config_lib  # pylint: disable=g-import-not-at-top
+from mural import system  # pylint: disable=g-import-not-at-top
+from mural import systems  # pylint: disable=g-import-not-at-top
 from mural.data import pipeline  # pylint: disable=g-import-not-at-top
 from mural.data import synthetic  # pylint: disable=g-import-not-at-top
 from mural.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
@@ -47,16 +49,16 @@ def main(argv=None) -> None:
   p.add_argument("--num_parallel_calls", type=int, default=-1)
   args = p.parse_args(argv)
 
-  c = config_lib.base_config()
-  c.batch_size = c.t2t_batch_size = args.batch_size
+  c = systems.base_config("mural")
+  c.tasks.i2t.batch_size = c.tasks.t2t.batch_size = args.batch_size
   c.model.text.max_len = args.max_len
   c.data.image_size = args.image_size
   c.data.eval_resize = int(round(args.image_size * 346 / 289))
   c.data.synthetic.render_size = args.image_size
   c.data.num_parallel_calls = args.num_parallel_calls
-  c.data.i2t_sources = [dict(name=args.source, weight=1.0)]
+  c.tasks.i2t.sources = [dict(name=args.source, weight=1.0)]
   if not args.t2t:
-    c.data.t2t_sources = []
+    c.tasks.t2t.sources = []
   config_lib.validate(c)
 
   with tempfile.TemporaryDirectory() as tmp:
@@ -64,7 +66,8 @@ def main(argv=None) -> None:
     _vocab(c, vocab)
     tok = tokenizer_lib.Tokenizer(vocab, args.max_len)
     t0 = time.perf_counter()
-    it = pipeline.build_train_iterator(c, tok, process_index=0, process_count=1, seed=0)
+    tasks = system.active_tasks(systems.get(c), c)
+    it = pipeline.build_train_iterator(c, tasks, tok, process_index=0, process_count=1, seed=0)
     for _ in range(args.warmup):
       next(it)
     print(f"build + {args.warmup} warm-up batches: {time.perf_counter() - t0:.1f} s")
@@ -74,7 +77,7 @@ def main(argv=None) -> None:
       for _ in range(args.batches):
         next(it)
       rates.append(args.batches * args.batch_size / (time.perf_counter() - t0))
-  shapes = {k: v.shape for k, v in next(it).items()}
+  shapes = {task: {k: v.shape for k, v in b.items()} for task, b in next(it).items()}
   print(f"source={args.source} image={args.image_size}px max_len={args.max_len} batch={args.batch_size} "
         f"t2t={args.t2t} cpus={os.cpu_count()} tf={tf.__version__}")
   print(f"batch shapes: {shapes}")

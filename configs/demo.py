@@ -22,11 +22,11 @@ learn in ~1200 steps:
     uses the whole image too (eval_resize == image_size).
 """
 
-from mural import config_lib
+from mural import systems
 
 
 def get_config():
-  c = config_lib.base_config()
+  c = systems.base_config("mural")
   c.seed = 0
 
   c.model.image.variant = "b0"
@@ -44,15 +44,15 @@ def get_config():
   c.model.text.dropout_rate = 0.0
   c.model.heads.embed_dim = 80  # The image tower's pooled width (round_filters(320, 0.25)).
 
-  c.loss.t2t_weight = 0.1  # MURAL's 0.1 : 1.
-  c.loss.init_temperature = 0.1
+  c.model.init_temperature = 0.1
 
-  c.optim.i2t_learning_rate = 1e-2
-  c.optim.t2t_learning_rate = 1e-3  # MURAL's 10 : 1.
+  c.tasks.i2t.learning_rate = 1e-2
+  c.tasks.i2t.batch_size = 64
+  c.tasks.t2t.weight = 0.1  # MURAL's 0.1 : 1.
+  c.tasks.t2t.learning_rate = 1e-3  # MURAL's 10 : 1.
+  c.tasks.t2t.batch_size = 64
   c.optim.warmup_steps = 50
   c.total_steps = 1200
-  c.batch_size = 64
-  c.t2t_batch_size = 64
 
   c.data.image_size = 32
   c.data.eval_resize = 32

@@ -15,13 +15,13 @@ paper numbers. On a GPU it runs in minutes (launch/gpu_local.sh); on 2 CPU
 cores expect ~1 s per step.
 """
 
-from mural import config_lib
+from mural import systems
 
 LANGUAGES = ["en", "zh", "ar", "de", "fr", "cs"]
 
 
 def get_config():
-  c = config_lib.base_config()
+  c = systems.base_config("mural")
 
   # A B0-shaped EfficientNet at half width/depth on 128 px photos, a 4-layer BERT.
   c.model.image.variant = "b0"
@@ -37,22 +37,21 @@ def get_config():
   c.model.text.max_len = 48
   c.model.heads.embed_dim = 160  # The tower's pooled width: round_filters(320, 0.5).
 
-  c.loss.t2t_weight = 0.1  # MURAL.
-
-  c.optim.i2t_learning_rate = 3e-3
-  c.optim.t2t_learning_rate = 3e-4  # MURAL's 10:1.
+  c.tasks.i2t.learning_rate = 3e-3
+  c.tasks.i2t.batch_size = 64
+  c.tasks.i2t.sources = [dict(name="flickr8k", weight=1.0, languages=LANGUAGES)]
+  c.tasks.t2t.weight = 0.1  # MURAL.
+  c.tasks.t2t.learning_rate = 3e-4  # MURAL's 10:1.
+  c.tasks.t2t.batch_size = 64
+  c.tasks.t2t.sources = [dict(name="multi30k", weight=1.0, kinds=["translation"],
+                              languages=["en", "de", "fr", "cs"])]
   c.optim.warmup_steps = 200
   c.total_steps = 3000
-  c.batch_size = 64
-  c.t2t_batch_size = 64
 
   c.data.languages = LANGUAGES
   c.data.image_size = 128
   c.data.eval_resize = 146  # ALIGN's 289/346 crop ratio.
   c.data.shuffle_buffer = 20_000  # All of flickr8k_1k's train captions.
-  c.data.i2t_sources = [dict(name="flickr8k", weight=1.0, languages=LANGUAGES)]
-  c.data.t2t_sources = [dict(name="multi30k", weight=1.0, kinds=["translation"],
-                             languages=["en", "de", "fr", "cs"])]
   c.data.eval_source = dict(name="flickr8k", split="dev")
 
   c.log_every_steps = 50

@@ -4,11 +4,11 @@ Data fields stay as in base_config (the data code owns them) except the image
 size the tiny tower is built for.
 """
 
-from mural import config_lib
+from mural import systems
 
 
 def get_config():
-  c = config_lib.base_config()
+  c = systems.base_config("mural")
   c.model.image.variant = "b0"  # Block table of B0, scaled down by the two overrides.
   c.model.image.width_coefficient = 0.25  # Channels 8..80 (round_filters keeps >= 8).
   c.model.image.depth_coefficient = 0.25  # One block per stage: 7 MBConv blocks.
@@ -23,8 +23,8 @@ def get_config():
   c.model.heads.mlp_hidden_dim = 64
   c.data.image_size = 32  # Smallest size the 5 stride-2 stages reduce to 1 x 1.
   c.data.eval_resize = 36  # Keeps ALIGN's crop/resize ratio roughly (289/346).
-  c.batch_size = 8
-  c.t2t_batch_size = 8
+  c.tasks.i2t.batch_size = 8
+  c.tasks.t2t.batch_size = 8
   c.eval_batch_size = 8
   c.optim.warmup_steps = 2
   c.total_steps = 10

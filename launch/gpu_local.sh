@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Debug run on this machine's GPU(s) (one process; all visible GPUs form the mesh).
 #
-#   launch/gpu_local.sh configs/demo.py /tmp/mural_gpu [--config.batch_size=256 ...]
+#   launch/gpu_local.sh configs/demo.py /tmp/mural_gpu [--config.tasks.i2t.batch_size=256 ...]
 #
 # CUDA_VISIBLE_DEVICES picks the GPUs (default: all). XLA would take 75% of
 # GPU memory up front; MEM_FRACTION changes that (or set

@@ -16,6 +16,9 @@ def base_config() -> ml_collections.ConfigDict:
   """MURAL-BASE-shaped defaults; every config file edits a copy of this."""
   c = ml_collections.ConfigDict()
   c.seed = 0
+  # Key of mural.systems.SYSTEMS; the system's own file adds its `tasks`
+  # section (systems.base_config(name) = this + the system's defaults).
+  c.system = ""
 
   # ---- Model -------------------------------------------------------------
   c.model = ml_collections.ConfigDict()
@@ -32,9 +35,6 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.image.include_head = False  # 1x1 head conv (1280 * width) before pooling.
   c.model.image.num_classes = 0  # >0 adds the classifier (param-count checks only).
   c.model.image.bn_momentum = 0.99  # Running-stat decay (TF reference; epsilon fixed at 1e-3).
-  # Size of the precomputed image features a feature-input image tower
-  # reads instead of pixels (MULE/Kadar et al.); unused by EfficientNet.
-  c.model.image.feature_dim = 2048
 
   c.model.text = ml_collections.ConfigDict()
   c.model.text.name = "bert"  # Key of mural.models.TEXT_TOWERS.
@@ -47,28 +47,26 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.text.max_len = 64  # Position table size and the tokenizer's length.
   c.model.text.dropout_rate = 0.1
 
+  # Projection heads: which heads exist is up to the tasks (each task names
+  # the heads it reads); these fields shape every head.
   c.model.heads = ml_collections.ConfigDict()
   c.model.heads.embed_dim = 512  # Shared space; must equal the image embedding size.
   c.model.heads.kind = "dense"  # dense (single FC, the paper's choice) | mlp.
   c.model.heads.mlp_hidden_dim = 1024  # Hidden width of the mlp head.
-  c.model.heads.i2t = True  # Text-side head for the image-text task.
-  c.model.heads.t2t = True  # Text-side head for the text-text task (MURAL).
-  c.model.heads.image = False  # A head on the image side too (off in ALIGN/MURAL).
+  c.model.init_temperature = 1.0  # The model's learned softmax temperature (ALIGN/MURAL: 1.0).
+  c.model.learn_temperature = True
 
-  # ---- Loss --------------------------------------------------------------
-  c.loss = ml_collections.ConfigDict()
-  c.loss.i2t_weight = 1.0  # Weight of L_i2t + L_t2i.
-  c.loss.t2t_weight = 0.1  # Weight of L_r2l + L_l2r; 0 gives ALIGN.
-  c.loss.init_temperature = 1.0  # Learned, shared by i2t and t2i.
-  c.loss.learn_temperature = True
-  c.loss.t2t_temperature = 0.01  # Fixed.
-  c.loss.t2t_margin = 0.3  # Additive margin on the positive cosine.
+  # ---- Tasks -------------------------------------------------------------
+  # One section per task of the system (filled by mural/systems/<system>.py):
+  # weight, learning_rate, batch_size (global), sources (list of dicts
+  # {name, weight, ...source fields}; see mural/data/sources.py), plus the
+  # task's own loss fields. A task with weight 0 or no sources does not run.
+  c.tasks = ml_collections.ConfigDict()
 
   # ---- Optimisation ------------------------------------------------------
+  # LAMB settings shared by every task's optimizer (each task has its own
+  # state and its own peak rate, tasks.<name>.learning_rate; see optim.py).
   c.optim = ml_collections.ConfigDict()
-  c.optim.name = "lamb"
-  c.optim.i2t_learning_rate = 1e-3
-  c.optim.t2t_learning_rate = 1e-4  # Own optimizer state and schedule (see optim.py).
   c.optim.weight_decay = 1e-5  # Masked off biases, norms and the temperature.
   c.optim.warmup_steps = 10_000  # Linear warm-up from 0.
   c.optim.b1 = 0.9
@@ -81,15 +79,12 @@ def base_config() -> ml_collections.ConfigDict:
   c.optim.grad_accum_steps = 1
 
   c.total_steps = 600_000  # Linear decay to 0 at this step.
-  c.batch_size = 4096  # Global image-text batch.
-  c.t2t_batch_size = 4096  # Global translation-pair batch.
 
   # ---- Data --------------------------------------------------------------
   c.data = ml_collections.ConfigDict()
   c.data.image_size = 289  # Training crop (ALIGN: 289 from 346).
   c.data.eval_resize = 346  # Eval: resize the short side, then centre-crop.
-  c.data.vocab_path = ""  # Existing wordpiece vocab; empty: build into workdir.
-  c.data.vocab_sources = ["i2t", "t2t"]  # Text the vocab is built from.
+  c.data.vocab_path = ""  # Existing wordpiece vocab; empty: learned from the tasks' training text.
   # Index space of batch['lang'] and of the eval sets; records in any other
   # language (or none) are skipped and counted as 'unknown_language'.
   c.data.languages = ["en", "de", "fr", "cs", "ru", "ja", "hi", "sw", "am", "zh", "ar"]
@@ -105,12 +100,6 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.max_text_chars = 1000
   c.data.num_parallel_calls = -1  # Threads per tf.data map; -1: AUTOTUNE.
   c.data.prefetch_batches = 2  # Batches tf.data prepares ahead of the step.
-  # Image-text sources: list of dicts {name, weight, ...source fields} (see
-  # mural/data/sources.py); 'synthetic' takes its settings from data.synthetic.
-  # Weights are relative mixture probabilities of the (valid) records.
-  c.data.i2t_sources = [dict(name="synthetic", weight=1.0)]
-  # Text-text sources (translation pairs); empty disables the t2t task.
-  c.data.t2t_sources = [dict(name="synthetic", weight=1.0)]
   # Held-out retrieval data (mural/data/eval_data.py): {name: 'synthetic'}, or
   # {name: 'flickr8k', split: 'dev', path: None, caption_sources: None, max_images: 0 (all)}.
   c.data.eval_source = dict(name="synthetic")
@@ -118,7 +107,7 @@ def base_config() -> ml_collections.ConfigDict:
   # the recipe that shows MURAL's claim).
   c.data.synthetic = ml_collections.ConfigDict()
   c.data.synthetic.seed = 0  # Dataset seed; apart from `seed`, so model seeds share the data.
-  # Any of SYNTHETIC_LANGUAGES (below): en de fr cs ru ja hi sw am.
+  # Any of mural.data.synthetic.LANGUAGES: en de fr cs ru ja hi sw am.
   c.data.synthetic.languages = ["en", "de", "fr", "cs", "ru", "ja", "hi", "sw"]
   # Image-caption pairs per language (training); a language missing here gets
   # `default_pairs`. Scarce languages are how MURAL's claim is tested.
@@ -195,17 +184,21 @@ def _validate_data(d: ml_collections.ConfigDict) -> None:
   _require(d.num_parallel_calls == -1 or d.num_parallel_calls >= 1, "data.num_parallel_calls",
            f"must be -1 (AUTOTUNE) or >= 1, got {d.num_parallel_calls}")
   _require(d.prefetch_batches >= 0, "data.prefetch_batches", "must be >= 0")
-  for field in ("i2t_sources", "t2t_sources"):
-    for i, src in enumerate(d[field]):
-      _require("name" in src and isinstance(src["name"], str), f"data.{field}[{i}]",
-               f"needs a 'name', got {dict(src)!r}")
-      _require(src.get("weight", 1.0) > 0, f"data.{field}[{i}].weight", "must be positive")
   _require("name" in d.eval_source, "data.eval_source", f"needs a 'name', got {dict(d.eval_source)!r}")
 
 
-# Languages the synthetic grammar speaks (== mural.data.synthetic.LANGUAGES,
-# kept here so validate() needs no TensorFlow import; a test checks they match).
-SYNTHETIC_LANGUAGES = ("en", "de", "fr", "cs", "ru", "ja", "hi", "sw", "am")
+def _validate_task(t: ml_collections.ConfigDict, field: str) -> None:
+  """The fields every task section has (mural/system.py); a task checks its own extras."""
+  for name in ("weight", "learning_rate", "batch_size", "sources"):
+    _require(name in t, field, f"lacks the field {name!r}")
+  _require(t.weight >= 0, f"{field}.weight", f"must be >= 0, got {t.weight}")
+  _require(t.learning_rate >= 0, f"{field}.learning_rate", f"must be >= 0, got {t.learning_rate}")
+  _require(isinstance(t.batch_size, int) and t.batch_size > 0, f"{field}.batch_size",
+           f"must be a positive int, got {t.batch_size!r}")
+  for i, src in enumerate(t.sources):
+    _require(hasattr(src, "get") and isinstance(src.get("name"), str), f"{field}.sources[{i}]",
+             f"needs a 'name', got {src!r}")
+    _require(src.get("weight", 1.0) > 0, f"{field}.sources[{i}].weight", "must be positive")
 
 
 def parse_language_pair(name: str) -> tuple:
@@ -214,39 +207,6 @@ def parse_language_pair(name: str) -> tuple:
   if len(parts) != 2 or not all(parts):
     raise ConfigError(f"language pair {name!r} is not of the form 'en-de'")
   return tuple(parts)
-
-
-def validate_synthetic(c: ml_collections.ConfigDict) -> None:
-  """config.data.synthetic (mural/data/synthetic.py)."""
-  s, f = c.data.synthetic, "data.synthetic."
-  langs = list(s.languages)
-  _require(len(langs) > 0 and all(l in SYNTHETIC_LANGUAGES for l in langs), f + "languages",
-           f"{langs!r}: each must be one of {SYNTHETIC_LANGUAGES}")
-  _require(len(set(langs)) == len(langs), f + "languages", f"has duplicates: {langs!r}")
-  _require(isinstance(s.seed, int) and s.seed >= 0, f + "seed", f"must be an int >= 0, got {s.seed!r}")
-  for name in ("default_pairs", "translation_pairs"):
-    _require(isinstance(s[name], int) and s[name] >= 0, f + name, f"must be an int >= 0, got {s[name]!r}")
-  for lang, n in s.pairs_per_language.items():
-    _require(lang in langs, f + "pairs_per_language", f"{lang!r} is not in data.synthetic.languages {langs}")
-    _require(isinstance(n, int) and n >= 0, f"{f}pairs_per_language.{lang}", f"must be an int >= 0, got {n!r}")
-  _require(s.translation_pivot == "" or s.translation_pivot in langs, f + "translation_pivot",
-           f"{s.translation_pivot!r} is not '' nor in data.synthetic.languages {langs}")
-  for name in list(s.translation_pair_list) + list(s.translation_pairs_per_pair.keys()):
-    try:
-      a, b = parse_language_pair(name)
-    except ConfigError as e:
-      raise ConfigError(f"config.{f}translation_pair_list / translation_pairs_per_pair: {e}") from None
-    _require(a in langs and b in langs and a != b, f + "translation_pair_list",
-             f"{name!r}: needs two different languages of data.synthetic.languages {langs}")
-  for name, n in s.translation_pairs_per_pair.items():
-    _require(isinstance(n, int) and n >= 0, f"{f}translation_pairs_per_pair.{name}",
-             f"must be an int >= 0, got {n!r}")
-  _require(0.01 <= s.heldout_fraction <= 0.5, f + "heldout_fraction",  # Rejection sampling stays cheap.
-           f"must be in [0.01, 0.5], got {s.heldout_fraction}")
-  for name in ("eval_scenes", "eval_captions_per_scene"):
-    _require(isinstance(s[name], int) and s[name] >= 1, f + name, f"must be an int >= 1, got {s[name]!r}")
-  _require(isinstance(s.render_size, int) and s.render_size >= 8, f + "render_size",
-           f"must be an int >= 8, got {s.render_size!r}")
 
 
 def validate(c: ml_collections.ConfigDict) -> None:
@@ -273,26 +233,19 @@ def validate(c: ml_collections.ConfigDict) -> None:
            f"must be in [0, 1), got {im.stochastic_depth_rate}")
   _require(0.0 < im.bn_momentum < 1.0, "model.image.bn_momentum", f"must be in (0, 1), got {im.bn_momentum}")
   _require(im.num_classes >= 0, "model.image.num_classes", f"must be >= 0, got {im.num_classes}")
-  _require(c.loss.init_temperature > 0, "loss.init_temperature", "must be positive")
-  _require(c.loss.t2t_temperature > 0, "loss.t2t_temperature", "must be positive")
-  _require(c.loss.i2t_weight >= 0, "loss.i2t_weight", "must be >= 0")
-  _require(c.loss.t2t_weight >= 0, "loss.t2t_weight", "must be >= 0")
-  _require(c.optim.name == "lamb", "optim.name", f"{c.optim.name!r}: only 'lamb' is implemented")
-  _require(c.optim.i2t_learning_rate >= 0, "optim.i2t_learning_rate", "must be >= 0")
-  _require(c.optim.t2t_learning_rate >= 0, "optim.t2t_learning_rate", "must be >= 0")
+  _require(c.model.init_temperature > 0, "model.init_temperature", "must be positive")
   _require(c.optim.warmup_steps >= 0, "optim.warmup_steps", "must be >= 0")
   _require(c.optim.grad_accum_steps >= 1, "optim.grad_accum_steps", "must be >= 1")
   _require(c.total_steps > 0, "total_steps", "must be positive")
-  _require(c.batch_size > 0, "batch_size", "must be positive")
-  _require(c.t2t_batch_size > 0, "t2t_batch_size", "must be positive")
-  _require(c.batch_size % c.optim.grad_accum_steps == 0, "optim.grad_accum_steps",
-           f"does not divide batch_size {c.batch_size}")
+  _require(isinstance(c.system, str) and c.system, "system",
+           "is empty: start a config from mural.systems.base_config(name)")
+  _require(len(c.tasks) > 0, "tasks", f"system {c.system!r} defines no tasks")
+  for name, task in c.tasks.items():
+    _validate_task(task, f"tasks.{name}")
   _require(c.data.image_size > 0, "data.image_size", "must be positive")
   _require(c.data.eval_resize >= c.data.image_size, "data.eval_resize",
            f"{c.data.eval_resize} is smaller than data.image_size {c.data.image_size}")
-  _require(len(c.data.i2t_sources) > 0, "data.i2t_sources", "needs at least one source")
   _validate_data(c.data)
-  validate_synthetic(c)
   for axis in ("data", "fsdp", "model"):
     v = c.mesh[axis]
     _require(isinstance(v, int) and (v == -1 or v >= 1), f"mesh.{axis}", f"must be -1 or >= 1, got {v!r}")
@@ -309,8 +262,6 @@ def validate(c: ml_collections.ConfigDict) -> None:
            f"must be None or positive, got {o.grad_clip_norm}")
   _require(o.warmup_steps < c.total_steps, "optim.warmup_steps",
            f"{o.warmup_steps} must be below total_steps {c.total_steps}")
-  _require(c.t2t_batch_size % o.grad_accum_steps == 0, "optim.grad_accum_steps",
-           f"does not divide t2t_batch_size {c.t2t_batch_size}")
   for name in ("log_every_steps", "checkpoint_every_steps", "keep_checkpoints", "eval_batch_size"):
     _require(isinstance(c[name], int) and c[name] >= 1, name, f"must be an int >= 1, got {c[name]!r}")
   _require(isinstance(c.eval_every_steps, int) and c.eval_every_steps >= 0, "eval_every_steps",

@@ -1,20 +1,21 @@
 """Parameter counts of a config's model, from shapes only (nothing allocated).
 
-    python -m mural.describe --config=configs/mural_base.py
+    python -m mural.main --config=configs/mural_base.py --mode=describe
 
 Groups: image_tower; token_embeddings (text-tower params under `token_*`: the
 token table and its factorised projection); text_encoder (the rest of the
-text tower: position table, layers, norms); heads (all projection heads);
-total (everything, the learned temperature included).
+text tower: position table, layers, norms); heads (every projection head the
+system's active tasks read); total (everything, the learned temperature
+included).
 """
 
-import json
 import math
 
 import jax
 
 from mural import config_lib
-from mural import models
+from mural import system as system_lib
+from mural import systems
 
 
 def _count(tree) -> int:
@@ -24,10 +25,11 @@ def _count(tree) -> int:
 def param_shapes(config):
   """The params pytree of config's model as ShapeDtypeStructs (via eval_shape)."""
   config_lib.validate(config)
-  model = models.build_model(config.model)
-  batch = models.init_batch_shapes(config.model, config.data.image_size)
+  system = systems.get(config)
+  tasks = system_lib.active_tasks(system, config)
+  model = system.build_model(config, tasks)
   rng = jax.ShapeDtypeStruct((2,), jax.numpy.uint32)
-  variables = jax.eval_shape(lambda r, b: model.init(r, b, train=False), rng, batch)
+  variables = jax.eval_shape(lambda r: system_lib.init_variables(model, tasks, config, r), rng)
   return variables["params"]
 
 
@@ -43,20 +45,3 @@ def describe(config) -> dict:
       "heads": sum(_count(v) for k, v in params.items() if k.endswith("_head")),
       "total": _count(params),
   }
-
-
-if __name__ == "__main__":
-  # Flags are defined only here so that importing describe (main.py does)
-  # cannot clash with the caller's own --config flag.
-  from absl import app
-  from ml_collections import config_flags
-  _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
-
-  def _main(argv):
-    del argv
-    try:
-      print(json.dumps(describe(_CONFIG.value), indent=2))
-    except config_lib.ConfigError as e:
-      raise SystemExit(f"error: {e}") from None
-
-  app.run(_main)

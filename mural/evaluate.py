@@ -1,19 +1,23 @@
-"""Retrieval evaluation: embed the eval sets, score them with mural.metrics, report.
+"""Evaluators: embed an eval set with the model, score it with mural.metrics, report.
 
-`Evaluator.run(variables)` embeds every EvalSet (images and captions of one
-language) and TranslationEvalSet (aligned sentence pairs) in fixed-size
-batches with the model under jit, scores cosine similarities with
-mural.metrics (pure NumPy), and returns flat `{'<set>/<metric>': value}`.
-`report()` writes workdir/eval/step_<N>.json, TensorBoard scalars and a
-console table. The maths lives in mural.metrics; this file only moves data.
+An evaluator is a small value with `run(embedder, variables) -> {'<set>/<metric>': value}`;
+a system lists its evaluators (mural/systems/), and the trainer runs them all
+(`run_all`) and `report`s the result: workdir/eval/step_<N>.json, TensorBoard
+scalars and a console table. The maths lives in mural.metrics; this file only
+moves data.
 
-Multi-host: every process holds the whole (small) eval set; each batch is a
-global array sharded over the batch axes, embeddings come back replicated, so
-every process computes the same numbers and process 0 writes them.
+  Retrieval:   images and captions per language -> i2t/t2i Recall@1/5/10, mR
+               (and 'mean/mR' over the sets), with the heads the task trained.
+  Translation: aligned sentence pairs -> l2r/r2l accuracy, with one text head.
+
+`Embedder` holds the jitted embedding calls, in fixed-size batches (padded
+tail) sharded over the batch axes. Multi-host: every process holds the whole
+(small) eval set; embeddings come back replicated, so every process computes
+the same numbers and process 0 writes them.
 """
 
 import json
-from typing import Any, Dict, Mapping, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 import jax
 import numpy as np
@@ -22,46 +26,30 @@ from etils import epath
 
 from mural import metrics
 from mural import sharding
-from mural.models import DualEncoder
 
 RECALL_COLUMNS = ("i2t_R@1", "i2t_R@5", "i2t_R@10", "t2i_R@1", "t2i_R@5", "t2i_R@10", "mR")
 TRANSLATION_COLUMNS = ("l2r_acc", "r2l_acc", "acc")
 
 
-def to_host(x: jax.Array) -> np.ndarray:
-  """A replicated (or fully addressable) global array as NumPy, on any process."""
-  if x.is_fully_addressable:
-    return np.asarray(x)
-  if not x.sharding.is_fully_replicated:
-    raise ValueError(f"to_host needs a replicated array, got {x.sharding}")
-  return np.asarray(x.addressable_data(0))
-
-
-def _normalize(x: np.ndarray) -> np.ndarray:
+def normalize(x: np.ndarray) -> np.ndarray:
   x = np.asarray(x, np.float64)
   return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
 
 
-class Evaluator:
-  """Embeds eval sets with one jit per input kind (fixed batch shape, padded tail)."""
+class Embedder:
+  """L2-normalised float64 embeddings of images / texts through a named head."""
 
-  def __init__(self, model: DualEncoder, eval_sets: Sequence[Any], mesh, rules,
-               batch_size: int, translation_task: str = "t2t"):
-    self.eval_sets = list(eval_sets)
+  def __init__(self, model, mesh, rules, batch_size: int):
     self.data_sharding = sharding.batch_sharding(mesh, rules)
     shards = sharding.batch_shards(mesh, rules)
     self.batch_size = -(-batch_size // shards) * shards  # Round up to whole shards.
     out = sharding.replicated(mesh)
-    self._images = jax.jit(
-        lambda v, x: model.apply(v, x, train=False, method=DualEncoder.embed_images),
-        out_shardings=out)
-    self._texts = {
-        task: jax.jit(lambda v, ids, mask, task=task: model.apply(
-            v, ids, mask, task=task, train=False, method=DualEncoder.embed_texts), out_shardings=out)
-        for task in {"i2t", translation_task}}
-    self.translation_task = translation_task
+    self._images = jax.jit(lambda v, x, head: model.apply(v, x, head, method="embed_images"),
+                           static_argnums=2, out_shardings=out)
+    self._texts = jax.jit(lambda v, ids, mask, head: model.apply(v, ids, mask, head, method="embed_texts"),
+                          static_argnums=3, out_shardings=out)
 
-  def _embed(self, fn, variables, *arrays: np.ndarray) -> np.ndarray:
+  def _embed(self, fn, variables, arrays, head) -> np.ndarray:
     n, bs, outs = arrays[0].shape[0], self.batch_size, []
     for start in range(0, n, bs):
       chunk = [a[start:start + bs] for a in arrays]
@@ -69,30 +57,57 @@ class Evaluator:
       if real < bs:  # Pad the tail to the compiled shape; padded rows are dropped.
         chunk = [np.concatenate([c, np.zeros((bs - real,) + c.shape[1:], c.dtype)]) for c in chunk]
       inputs = [sharding.from_full(c, self.data_sharding) for c in chunk]
-      outs.append(to_host(fn(variables, *inputs))[:real])
-    return np.concatenate(outs) if outs else np.zeros((0, 0), np.float32)
+      outs.append(sharding.to_host(fn(variables, *inputs, head or None))[:real])
+    return normalize(np.concatenate(outs)) if outs else np.zeros((0, 0))
 
-  def run(self, variables: Mapping[str, Any]) -> Dict[str, float]:
-    """{'<set name>/<metric>': value} plus 'mean/mR' over the retrieval sets."""
-    results, mrs = {}, []
-    image_cache = {}  # Languages of one dataset share their image array: embed it once.
-    for s in self.eval_sets:
-      if hasattr(s, "images"):
-        if id(s.images) not in image_cache:
-          image_cache[id(s.images)] = _normalize(self._embed(self._images, variables, s.images))
-        images = image_cache[id(s.images)]
-        texts = _normalize(self._embed(self._texts["i2t"], variables, s.text_ids, s.text_mask))
-        scores = metrics.retrieval_metrics(texts @ images.T, s.text_to_image)
-        mrs.append(scores["mR"])
-      else:
-        embed = self._texts[self.translation_task]
-        left = _normalize(self._embed(embed, variables, s.left_ids, s.left_mask))
-        right = _normalize(self._embed(embed, variables, s.right_ids, s.right_mask))
-        scores = metrics.translation_accuracy(left @ right.T)
+  def images(self, variables, images: np.ndarray, head: Optional[str]) -> np.ndarray:
+    return self._embed(self._images, variables, [images], head)
+
+  def texts(self, variables, ids: np.ndarray, mask: np.ndarray, head: Optional[str]) -> np.ndarray:
+    return self._embed(self._texts, variables, [ids, mask], head)
+
+
+class Retrieval:
+  """Image<->text retrieval per language (eval_data.EvalSet), 'mean/mR' over the sets."""
+
+  def __init__(self, sets: Sequence[Any], text_head: Optional[str], image_head: Optional[str] = None):
+    self.sets, self.text_head, self.image_head = list(sets), text_head, image_head
+
+  def run(self, embedder: Embedder, variables) -> Dict[str, float]:
+    results, mrs, cache = {}, [], {}  # Languages of one dataset share an image array: embed it once.
+    for s in self.sets:
+      if id(s.images) not in cache:
+        cache[id(s.images)] = embedder.images(variables, s.images, self.image_head)
+      texts = embedder.texts(variables, s.text_ids, s.text_mask, self.text_head)
+      scores = metrics.retrieval_metrics(texts @ cache[id(s.images)].T, s.text_to_image)
+      mrs.append(scores["mR"])
       results.update({f"{s.name}/{k}": float(v) for k, v in scores.items()})
     if mrs:
       results["mean/mR"] = float(np.mean(mrs))
     return results
+
+
+class Translation:
+  """Translation retrieval per language pair (eval_data.TranslationEvalSet)."""
+
+  def __init__(self, sets: Sequence[Any], head: Optional[str]):
+    self.sets, self.head = list(sets), head
+
+  def run(self, embedder: Embedder, variables) -> Dict[str, float]:
+    results = {}
+    for s in self.sets:
+      left = embedder.texts(variables, s.left_ids, s.left_mask, self.head)
+      right = embedder.texts(variables, s.right_ids, s.right_mask, self.head)
+      scores = metrics.translation_accuracy(left @ right.T)
+      results.update({f"{s.name}/{k}": float(v) for k, v in scores.items()})
+    return results
+
+
+def run_all(evaluators: Sequence[Any], embedder: Embedder, variables) -> Dict[str, float]:
+  results = {}
+  for e in evaluators:
+    results.update(e.run(embedder, variables))
+  return results
 
 
 def format_table(results: Mapping[str, float]) -> str:
@@ -114,37 +129,7 @@ def format_table(results: Mapping[str, float]) -> str:
   return "\n".join(lines)
 
 
-class SummaryWriter:
-  """TensorBoard scalars via TF's core summary op (no tensorboard package needed).
-
-  Writes the same event protos tf.summary.scalar does (scalars plugin);
-  only process 0 writes.
-  """
-
-  def __init__(self, logdir: str):
-    import tensorflow as tf  # Deferred: only the writing process pays the import.
-    from tensorflow.core.framework import summary_pb2
-    self._tf = tf
-    self._writer = tf.summary.create_file_writer(str(logdir)) if jax.process_index() == 0 else None
-    self._metadata = summary_pb2.SummaryMetadata(
-        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"),
-        data_class=summary_pb2.DATA_CLASS_SCALAR)
-
-  def write_scalars(self, step: int, scalars: Mapping[str, float]):
-    if self._writer is None:
-      return
-    with self._writer.as_default():
-      for tag, value in scalars.items():
-        self._tf.summary.write(tag, self._tf.constant(float(value), self._tf.float32),
-                               step=int(step), metadata=self._metadata)
-    self._writer.flush()
-
-  def close(self):
-    if self._writer is not None:
-      self._writer.close()
-
-
-def report(results: Mapping[str, float], step: int, workdir: str, writer: SummaryWriter) -> str:
+def report(results: Mapping[str, float], step: int, workdir: str, writer) -> str:
   """Writes workdir/eval/step_<N>.json and TensorBoard 'eval/...' scalars; logs the table."""
   table = format_table(results)
   logging.info("Evaluation at step %d:\n%s", step, table)
@@ -153,4 +138,5 @@ def report(results: Mapping[str, float], step: int, workdir: str, writer: Summar
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"step": int(step), **results}, indent=1, sort_keys=True))
   writer.write_scalars(step, {f"eval/{k}": v for k, v in results.items()})
+  writer.flush()
   return table

@@ -1,4 +1,4 @@
-"""Contrastive losses of ALIGN and MURAL, as pure functions.
+"""Contrastive losses of ALIGN and MURAL, as pure functions (tasks combine them: mural/systems/).
 
 Every loss is an in-batch softmax over the batch it is given; under `jax.jit`
 with globally sharded arrays that batch is the global batch, so every example
@@ -8,7 +8,7 @@ All maths runs in float32 whatever the towers computed in: at the t2t
 temperature of 0.01 logits reach +-100, which bfloat16 cannot resolve.
 """
 
-from typing import Mapping, Optional
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -74,34 +74,3 @@ def additive_margin_loss(left: jax.Array, right: jax.Array, temperature: float =
   l2r = _softmax_xent_diagonal(logits, valid)
   r2l = _softmax_xent_diagonal(logits.T, valid)
   return l2r + r2l, {"l2r": l2r, "r2l": r2l}
-
-
-def task_losses(outputs: Mapping[str, jax.Array], batch: Mapping[str, jax.Array], loss_config):
-  """The weighted loss of each task present in `outputs`, kept apart.
-
-  MURAL trains the i2t and t2t tasks at different learning rates, so the
-  trainer differentiates each task's term on its own (see optim.py).
-
-  Returns:
-    ({'i2t': w_i2t * (L_i2t + L_t2i), 't2t': w_t2t * (L_l2r + L_r2l)}, metrics);
-    't2t' is absent when the outputs hold no translation-pair embeddings.
-  """
-  temperature = outputs["temperature"]
-  i2t, parts = contrastive_loss(outputs["image_emb"], outputs["text_emb"], temperature,
-                                batch.get("image_text_valid"))
-  losses = {"i2t": loss_config.i2t_weight * i2t}
-  metrics = {"loss/i2t": parts["x2y"], "loss/t2i": parts["y2x"], "temperature": temperature}
-  if "left_emb" in outputs:
-    t2t, parts = additive_margin_loss(outputs["left_emb"], outputs["right_emb"],
-                                      loss_config.t2t_temperature, loss_config.t2t_margin,
-                                      batch.get("pair_valid"))
-    losses["t2t"] = loss_config.t2t_weight * t2t
-    metrics.update({"loss/l2r": parts["l2r"], "loss/r2l": parts["r2l"]})
-  return losses, metrics
-
-
-def mural_loss(outputs: Mapping[str, jax.Array], batch: Mapping[str, jax.Array], loss_config):
-  """MURAL's total: `w_i2t (L_i2t + L_t2i) + w_t2t (L_r2l + L_l2r)`; ALIGN when w_t2t = 0."""
-  losses, metrics = task_losses(outputs, batch, loss_config)
-  total = sum(losses.values())
-  return total, {**metrics, "loss": total}

@@ -31,6 +31,7 @@ from ml_collections import config_flags
 
 from mural import config_lib
 from mural import describe
+from mural import state
 from mural import train
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (see configs/).", lock_config=True)
@@ -91,7 +92,7 @@ def main(argv):
       train.evaluate(config, _WORKDIR.value)
   except config_lib.ConfigError as e:
     _fail(2, str(e))
-  except (FileNotFoundError, ValueError, train.TrainingError) as e:
+  except (FileNotFoundError, ValueError, state.TrainingError) as e:
     # Missing data, unusable sources, a non-finite loss: the message says it
     # all; the traceback is in the log with --verbosity=1.
     logging.debug("Run failed", exc_info=True)

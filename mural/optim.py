@@ -1,29 +1,30 @@
-"""MURAL's optimizer: one LAMB per task, each with its own learning rate.
+"""The optimizer: one LAMB per task, each with its own learning rate.
 
 MURAL trains the image-text task at 1e-3 and the text-text task at 1e-4 while
 both share the text encoder (paper 3.2). A single optimizer over the weighted
 loss sum cannot express that: LAMB normalises each layer's update, so scaling
-one task's loss does not scale its step. The design here:
+one task's loss does not scale its step. The design here, for any system:
 
   * the train step differentiates each task's loss term separately (one
     jax.grad per task; train.make_grad_fn);
   * each task's gradient goes through its own LAMB (`lamb`: optax's LAMB
     chain), with its own Adam moments and its own warm-up/decay schedule
-    peaking at that task's rate;
-  * the two updates are summed and applied once.
+    peaking at that task's rate (`Task.learning_rate`);
+  * the updates are summed and applied once.
 
 Each task's LAMB only sees the parameters its loss reads (`params_read_by`
-traces the loss and walks its jaxpr): the t2t optimizer never touches the
-image tower and the i2t optimizer never touches the t2t head. Without that
-mask a zero gradient still gets weight decay, and LAMB's trust ratio
-(||param|| / ||update||) blows that decay up to a full-size step that shrinks
-the untouched tower by `lr` every step. The mask also keeps Adam moments of
-the image tower out of the t2t state.
+traces the loss and walks its jaxpr): MURAL's text-text optimizer never
+touches the image tower and the image-text one never touches the t2t head.
+Without that mask a zero gradient still gets weight decay, and LAMB's trust
+ratio (||param|| / ||update||) blows that decay up to a full-size step that
+shrinks the untouched tower by `lr` every step. The mask also keeps Adam
+moments of the image tower out of the text-text state.
 
-When the t2t task is off (loss.t2t_weight == 0 or no t2t sources) only the
-i2t optimizer exists: that is ALIGN. With t2t_learning_rate == 0 the t2t
-schedule is 0 everywhere and its update is exactly zero, so the run matches
-ALIGN too (tests/test_optim.py, tests/test_train.py).
+A task that does not run (weight 0, no sources) has no optimizer: MURAL
+without its t2t task is ALIGN. With a task's learning rate 0 its schedule is
+0 everywhere and its update exactly zero (tests/test_optim.py,
+tests/test_train.py). With a per-step task chooser, only the chosen task's
+optimizer steps (`update(..., active=)`); the others keep their state.
 
 Weight decay (1e-5, applied inside LAMB before the trust ratio) skips biases
 and norm scales/offsets (by their Flax names 'bias'/'scale', since attention
@@ -32,7 +33,7 @@ tensors also skip LAMB's trust ratio (see `lamb`).
 """
 
 import dataclasses
-from typing import Any, Callable, Dict, Mapping
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -139,22 +140,33 @@ class MultiTaskOptimizer:
   def init(self, params) -> Dict[str, Any]:
     return {task: tx.init(params) for task, tx in self.transforms.items()}
 
-  def update(self, grads: Mapping[str, Any], state: Mapping[str, Any], params):
-    """grads[task] -> (summed updates, new state). Every task needs a gradient."""
+  def update(self, grads: Mapping[str, Any], state: Mapping[str, Any], params,
+             active: Optional[jax.Array] = None):
+    """grads[task] -> (summed updates, new state). Every task needs a gradient.
+
+    active: optional bool [num tasks]; a task whose entry is False makes no
+    update and keeps its state (the per-step task chooser).
+    """
     if set(grads) != set(self.transforms):
       raise ValueError(f"gradients for {sorted(grads)}, optimizers for {sorted(self.transforms)}")
     total, new_state = None, {}
-    for task, tx in self.transforms.items():
-      updates, new_state[task] = tx.update(grads[task], state[task], params)
+    for i, (task, tx) in enumerate(self.transforms.items()):
+      if active is None:
+        updates, new_state[task] = tx.update(grads[task], state[task], params)
+      else:
+        updates, new_state[task] = jax.lax.cond(
+            active[i], lambda g, s, tx=tx: tx.update(g, s, params),
+            lambda g, s: (jax.tree.map(jnp.zeros_like, g), s), grads[task], state[task])
       total = updates if total is None else jax.tree.map(jnp.add, total, updates)
     return total, new_state
 
 
-def build(config, tasks, trainable: Mapping[str, Any]) -> MultiTaskOptimizer:
-  """The optimizer of the given tasks; trainable[task] is that task's param mask."""
-  peaks = {"i2t": config.optim.i2t_learning_rate, "t2t": config.optim.t2t_learning_rate}
+def build(tasks: Sequence, trainable: Mapping[str, Any], optim_config, total_steps: int) -> MultiTaskOptimizer:
+  """One masked LAMB per task at task.learning_rate; trainable[task name] is its param mask."""
   transforms, schedules = {}, {}
   for task in tasks:
-    transforms[task] = _only(task_lamb(config.optim, peaks[task], config.total_steps), trainable[task])
-    schedules[task] = learning_rate_schedule(peaks[task], config.optim.warmup_steps, config.total_steps)
+    transforms[task.name] = _only(task_lamb(optim_config, task.learning_rate, total_steps),
+                                  trainable[task.name])
+    schedules[task.name] = learning_rate_schedule(task.learning_rate, optim_config.warmup_steps,
+                                                  total_steps)
   return MultiTaskOptimizer(transforms, schedules)

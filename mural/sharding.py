@@ -27,12 +27,14 @@ arrays with these shardings, so the in-batch softmax sees the global batch
 and batch-norm statistics are global-batch moments, whatever the mesh.
 """
 
+import json
 import math
-from typing import Any, Mapping, Optional, Sequence, Tuple
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 import flax.linen as nn
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 from mural import config_lib
@@ -170,7 +172,9 @@ def like_params(tree: Any, params: Any, param_shardings: Any, mesh: Mesh) -> Any
   parameter's shape takes the parameter's sharding (so an FSDP-sharded
   kernel's Adam moments are sharded the same way); every other leaf
   (counters, scalars) is replicated. Works for any optax state without
-  knowing its classes.
+  knowing its classes. (optax.tree.map_params would be the principled way,
+  but it cannot see through optax.multi_transform's label trees, which the
+  per-task optimizers use; see optim.py.)
   """
   by_path = {}
   for (path, x), s in zip(jax.tree_util.tree_flatten_with_path(params)[0],
@@ -208,6 +212,27 @@ def global_batch(local: Mapping[str, np.ndarray], sharding: NamedSharding) -> di
 def from_full(x: np.ndarray, sharding: NamedSharding) -> jax.Array:
   """An array every process holds in full (eval data) -> a global sharded array."""
   return jax.make_array_from_callback(x.shape, sharding, lambda idx: x[idx])
+
+
+def to_host(x: jax.Array) -> np.ndarray:
+  """A replicated (or fully addressable) global array as NumPy, on any process."""
+  if x.is_fully_addressable:
+    return np.asarray(x)
+  if not x.sharding.is_fully_replicated:
+    raise ValueError(f"to_host needs a replicated array, got {x.sharding}")
+  return np.asarray(x.addressable_data(0))
+
+
+def allgather_json(obj) -> List[Any]:
+  """Every process's `obj` (JSON-able), in process order, on every process."""
+  if jax.process_count() == 1:
+    return [obj]
+  data = np.frombuffer(json.dumps(obj).encode(), np.uint8)
+  sizes = multihost_utils.process_allgather(np.array([data.size], np.int32))
+  padded = np.zeros(int(np.max(sizes)), np.uint8)
+  padded[:data.size] = data
+  rows = multihost_utils.process_allgather(padded)
+  return [json.loads(bytes(r[:int(n)]).decode()) for r, n in zip(rows, np.ravel(sizes))]
 
 
 def describe(shardings: Any) -> dict:

@@ -1,10 +1,65 @@
-"""Shared pytest fixtures: real data directories (skip when absent), quiet TF."""
+"""Shared pytest helpers: config loading, the tiny training config, one vocab per session,
+real data directories (skip when absent), quiet TF.
+
+Subprocess workers (test_sharding, test_multihost) import this file as a
+module too (`import conftest`: their directory is on sys.path).
+"""
 
 import os
+import pathlib
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # Before anything imports TensorFlow.
 
 import pytest  # pylint: disable=g-import-not-at-top
+
+from mural import config_lib  # pylint: disable=g-import-not-at-top  (ml_collections only: no JAX)
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def load_config(name: str = "tiny"):
+  """configs/<name>.py's get_config()."""
+  return config_lib.from_file(ROOT / "configs" / f"{name}.py")
+
+
+def set_fields(config, **overrides):
+  """config with 'a.b.c'-named fields set (keyword names use '__' for '.')."""
+  for key, value in overrides.items():
+    node = config
+    *parents, leaf = key.replace("__", ".").split(".")
+    for p in parents:
+      node = node[p]
+    node[leaf] = value
+  return config
+
+
+def tiny_config(vocab_path: str = "", languages=("en", "de", "sw"), **overrides):
+  """configs/tiny.py on the built-in data in `languages`, 16 held-out scenes, a given vocab."""
+  c = load_config("tiny")
+  c.data.vocab_path = vocab_path
+  c.data.synthetic.eval_scenes = 16
+  c.data.synthetic.languages = list(languages)
+  c.data.languages = list(languages)
+  return set_fields(c, **overrides)
+
+
+def learn_vocab(workdir) -> str:
+  """A wordpiece vocab learned from the tiny config's training text (1000 records per source)."""
+  from mural import system, systems  # pylint: disable=g-import-not-at-top
+  from mural.data import vocab  # pylint: disable=g-import-not-at-top
+  config = tiny_config()
+  saved, vocab.RECORDS_PER_SOURCE = vocab.RECORDS_PER_SOURCE, 1000
+  try:
+    tasks = system.active_tasks(systems.get(config), config)
+    return vocab.tokenizer(config, tasks, str(workdir)).vocab_path
+  finally:
+    vocab.RECORDS_PER_SOURCE = saved
+
+
+@pytest.fixture(scope="session")
+def tiny_vocab(tmp_path_factory) -> str:
+  """One vocab for every test that trains the tiny model (learning it is the slow part of set-up)."""
+  return learn_vocab(tmp_path_factory.mktemp("vocab"))
 
 
 def _data_dir_or_skip(module, name: str) -> str:

@@ -1,6 +1,5 @@
 """Losses against an independent NumPy float64 implementation, values and gradients."""
 
-import types
 
 import jax
 import jax.numpy as jnp
@@ -120,18 +119,20 @@ def test_stable_at_low_temperature_and_in_bfloat16():
   np.testing.assert_allclose(float(got), np_margin(xb, -xb, 0.01, 0.3, np.ones(16, bool)), rtol=1e-4)
 
 
-def test_mural_loss_weights_and_align_special_case(pairs):
+def test_mural_tasks_losses_weights_and_align_special_case(pairs):
+  """MURAL's two task values compute L_i2t + L_t2i and L_l2r + L_r2l (margin 0.3, T 0.01)
+  with weights 1 : 0.1; ALIGN's system has the image-text task alone."""
+  from mural import system, systems  # pylint: disable=g-import-not-at-top
   x, y, valid = pairs
   f32 = lambda a: jnp.asarray(a, jnp.float32)
-  outputs = {"image_emb": f32(x), "text_emb": f32(y), "left_emb": f32(y), "right_emb": f32(x[::-1]),
-             "temperature": jnp.float32(0.7)}
-  batch = {"image_text_valid": jnp.asarray(valid), "pair_valid": jnp.ones(6, bool)}
-  cfg = types.SimpleNamespace(i2t_weight=1.0, t2t_weight=0.1, t2t_temperature=0.01, t2t_margin=0.3)
-  total, metrics = losses.mural_loss(outputs, batch, cfg)
-  want_i2t = np_contrastive(x, y, 0.7, valid)
-  want_t2t = np_margin(y, x[::-1], 0.01, 0.3, np.ones(6, bool))
-  np.testing.assert_allclose(float(total), want_i2t + 0.1 * want_t2t, rtol=1e-5)
-  assert {"loss", "loss/i2t", "loss/t2i", "loss/l2r", "loss/r2l", "temperature"} <= set(metrics)
-  align_outputs = {k: v for k, v in outputs.items() if k not in ("left_emb", "right_emb")}
-  align_total, _ = losses.mural_loss(align_outputs, batch, cfg)
-  np.testing.assert_allclose(float(align_total), want_i2t, rtol=1e-5)
+  config = systems.base_config("mural")
+  i2t, t2t = systems.get(config).tasks(config)
+  got_i2t, m_i2t = i2t.loss({"image": f32(x), "text": f32(y), "temperature": jnp.float32(0.7)},
+                            {"valid": jnp.asarray(valid)})
+  got_t2t, m_t2t = t2t.loss({"left": f32(y), "right": f32(x[::-1])}, {"valid": jnp.ones(6, bool)})
+  np.testing.assert_allclose(float(got_i2t), np_contrastive(x, y, 0.7, valid), rtol=1e-5)
+  np.testing.assert_allclose(float(got_t2t), np_margin(y, x[::-1], 0.01, 0.3, np.ones(6, bool)), rtol=1e-5)
+  assert (i2t.weight, t2t.weight, i2t.learning_rate, t2t.learning_rate) == (1.0, 0.1, 1e-3, 1e-4)
+  assert {"loss/i2t", "loss/t2i", "temperature"} <= set(m_i2t) and {"loss/l2r", "loss/r2l"} <= set(m_t2t)
+  align = systems.base_config("align")
+  assert [t.name for t in system.active_tasks(systems.get(align), align)] == ["i2t"]

@@ -7,7 +7,6 @@ wherever values are not needed.
 
 import functools
 import math
-import pathlib
 
 import flax.linen as nn
 import jax
@@ -16,19 +15,17 @@ import numpy as np
 import pytest
 from scipy import special
 
+from conftest import load_config
 from mural import config_lib
 from mural import models
 from mural.models import bert
 from mural.models import efficientnet
 from mural.models import heads
 
-CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 LOGICAL_NAMES = {"vocab", "token_embed", "embed", "mlp", "heads", "kv", "position", "proj",
                  "conv_in", "conv_out", "norm", None}
 
 
-def load_config(name):
-  return config_lib.from_file(CONFIGS / f"{name}.py")
 
 
 def _count(tree):
@@ -61,15 +58,24 @@ def _batch(config, b=3, seed=0):
   return batch
 
 
+def embed_all(module, batch, image_head=None):
+  """Every embedding MURAL's tasks compute (a model method for init/apply)."""
+  return {"image_emb": module.embed_images(batch["image"], image_head),
+          "text_emb": module.embed_texts(batch["text_ids"], batch["text_mask"], "i2t"),
+          "left_emb": module.embed_texts(batch["left_ids"], batch["left_mask"], "t2t"),
+          "right_emb": module.embed_texts(batch["right_ids"], batch["right_mask"], "t2t"),
+          "temperature": module.temperature()}
+
+
 @pytest.fixture(scope="module")
 def tiny():
   """(config, model, variables, batch, eval outputs) of configs/tiny.py, made once."""
   config = load_config("tiny")
   config_lib.validate(config)
-  model = models.build_model(config.model)
+  model = models.build_model(config.model, ["i2t", "t2t"])
   batch = _batch(config)
-  variables = init(model, batch, train=False)
-  return config, model, variables, batch, run(model, variables, batch, train=False)
+  variables = init(model, batch, method=embed_all)
+  return config, model, variables, batch, run(model, variables, batch, method=embed_all)
 
 
 # ---- EfficientNet --------------------------------------------------------
@@ -237,53 +243,49 @@ def test_dense_and_mlp_heads_against_numpy():
 
 # ---- DualEncoder ---------------------------------------------------------
 
-def test_dual_encoder_methods_equal_call(tiny):
+def test_dual_encoder_embeds_through_named_heads(tiny):
   config, model, variables, batch, out = tiny
   d = config.model.heads.embed_dim
   for key in ("image_emb", "text_emb", "left_emb", "right_emb"):
     assert out[key].shape == (3, d) and out[key].dtype == jnp.float32
   assert out["temperature"].shape == () and np.isclose(out["temperature"], 1.0)
+  assert set(variables["params"]) == {"image_tower", "text_tower", "i2t_head", "t2t_head", "log_temperature"}
   apply = lambda *args, **kw: run(model, variables, *args, **kw)
-  np.testing.assert_allclose(apply(batch["image"], method=model.embed_images), out["image_emb"],
-                             rtol=1e-5, atol=1e-6)
-  np.testing.assert_allclose(apply(batch["text_ids"], batch["text_mask"],
-                                   method=model.embed_texts), out["text_emb"], rtol=1e-5, atol=1e-6)
-  np.testing.assert_allclose(apply(batch["left_ids"], batch["left_mask"], task="t2t",
-                                   method=model.embed_texts), out["left_emb"], rtol=1e-5, atol=1e-6)
-  # The two text heads differ, and a partial batch embeds only what it holds.
-  i2t_of_left = apply(batch["left_ids"], batch["left_mask"], method=model.embed_texts)
+  # The two text heads differ; no head gives the tower's own output.
+  i2t_of_left = apply(batch["left_ids"], batch["left_mask"], head="i2t", method="embed_texts")
   assert not np.allclose(i2t_of_left, out["left_emb"], atol=1e-3)
-  only_images = jax.eval_shape(lambda v: model.apply(v, {"image": batch["image"]}, train=False),
-                               variables)
-  assert set(only_images) == {"image_emb", "temperature"}
+  raw = apply(batch["left_ids"], batch["left_mask"], head=None, method="embed_texts")
+  assert raw.shape == (3, config.model.text.hidden_dim)
+  head = variables["params"]["t2t_head"]["dense"]
+  np.testing.assert_allclose(raw @ head["kernel"].value + head["bias"].value, out["left_emb"],
+                             rtol=1e-5, atol=1e-5)
+  with pytest.raises(KeyError, match="no head 'image'"):
+    apply(batch["image"], head="image", method="embed_images")
 
 
-def test_align_has_no_t2t_head_and_t2t_uses_the_i2t_head(tiny):
-  _, model, variables, batch, out = tiny
-  config = load_config("tiny")
-  config.model.heads.t2t = False
-  align = models.build_model(config.model)
-  shapes = jax.eval_shape(lambda: align.init(jax.random.key(0), batch, train=False))
-  assert "t2t_head" not in shapes["params"] and "i2t_head" in shapes["params"]
-  params = {k: v for k, v in variables["params"].items() if k != "t2t_head"}
-  text = {k: batch[k] for k in ("text_ids", "text_mask", "left_ids", "left_mask")}
-  align_out = run(align, {"params": params}, text, train=False)
-  np.testing.assert_allclose(align_out["text_emb"], out["text_emb"], rtol=1e-6)
-  # Without a t2t head the t2t task goes through the i2t head.
-  i2t_of_left = run(model, variables, batch["left_ids"], batch["left_mask"],
-                    method=model.embed_texts)
-  np.testing.assert_allclose(align_out["left_emb"], i2t_of_left, rtol=1e-6)
+def test_adding_a_head_renames_and_reinitialises_nothing(tiny):
+  """A model with only the i2t head (ALIGN) has exactly the other model's params for it."""
+  config, _, variables, batch, out = tiny
+  align = models.build_model(config.model, ["i2t"])
+  only_i2t = lambda m, b: (m.embed_images(b["image"]), m.embed_texts(b["text_ids"], b["text_mask"], "i2t"))
+  align_vars = init(align, batch, method=only_i2t)
+  assert set(align_vars["params"]) == set(variables["params"]) - {"t2t_head"}
+  jax.tree.map(np.testing.assert_array_equal, align_vars["params"],
+               {k: v for k, v in variables["params"].items() if k != "t2t_head"})
+  image, text = run(align, align_vars, batch, method=only_i2t)
+  np.testing.assert_allclose(text, out["text_emb"], rtol=1e-6)
+  np.testing.assert_allclose(image, out["image_emb"], rtol=1e-6)
 
 
 def test_bf16_compute_with_fp32_params(tiny):
   _, _, variables, batch, reference = tiny
   config = load_config("tiny")
   config.model.dtype = "bfloat16"
-  model16 = models.build_model(config.model)
-  shapes = jax.eval_shape(lambda: model16.init(jax.random.key(0), batch, train=False))
+  model16 = models.build_model(config.model, ["i2t", "t2t"])
+  shapes = jax.eval_shape(lambda: model16.init(jax.random.key(0), batch, method=embed_all))
   assert {x.dtype for x in jax.tree.leaves(shapes)} == {jnp.dtype(jnp.float32)}
   out, state = run(
-      model16, variables, batch, train=False, mutable=["intermediates"],
+      model16, variables, batch, method=embed_all, mutable=["intermediates"],
       capture_intermediates=lambda mdl, name: mdl.name in ("image_tower", "text_tower"))
   inter = state["intermediates"]
   assert inter["image_tower"]["__call__"][0][0].dtype == jnp.bfloat16
@@ -298,22 +300,24 @@ def test_bf16_compute_with_fp32_params(tiny):
 
 def test_temperature_param_and_learn_flag(tiny):
   config = tiny[0]
+  config.model.init_temperature = 0.5
   for learn, expected_grad in ((True, 1.0), (False, 0.0)):
-    model = models.build_model(config.model, init_temperature=0.5, learn_temperature=learn)
-    params = model.init(jax.random.key(0), {}, train=False)["params"]
+    config.model.learn_temperature = learn
+    model = models.build_model(config.model)
+    temperature = lambda m: m.temperature()
+    params = model.init(jax.random.key(0), method=temperature)["params"]
     assert np.isclose(nn.unbox(params["log_temperature"]), math.log(0.5))
-    grad = jax.grad(lambda p: jnp.log(run(model, {"params": p}, {}, train=False)["temperature"]))(
-        nn.unbox(params))
+    grad = jax.grad(lambda p: jnp.log(run(model, {"params": p}, method=temperature)))(nn.unbox(params))
     assert np.isclose(grad["log_temperature"], expected_grad)
 
 
 def test_every_param_has_logical_names():
   config = load_config("mural_large")
   config.model.image.include_head, config.model.image.num_classes = True, 10
-  config.model.heads.kind, config.model.heads.image = "mlp", True
-  model = models.build_model(config.model)
+  config.model.heads.kind = "mlp"
+  model = models.build_model(config.model, ["i2t", "t2t", "image"])
   variables = jax.eval_shape(lambda: model.init(
-      jax.random.key(0), models.init_batch(config.model, 64), train=False))
+      jax.random.key(0), _batch(config, b=1), image_head="image", method=embed_all))
   params = variables["params"]
   boxed = jax.tree.leaves(params, is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned))
   assert boxed and all(isinstance(x, nn.LogicallyPartitioned) for x in boxed)
@@ -327,15 +331,20 @@ def test_every_param_has_logical_names():
 
 
 def test_build_model_config_errors():
+  from mural import system  # pylint: disable=g-import-not-at-top
+  from mural.systems import mural  # pylint: disable=g-import-not-at-top
   config = load_config("tiny")
   config.model.heads.embed_dim = 96
+  tasks = mural.tasks(config)
   with pytest.raises(config_lib.ConfigError, match=r"^config\.model\.heads\.embed_dim: "):
-    models.build_model(config.model)
-  config.model.heads.image = True  # An image head maps 80 -> 96 instead.
-  model = models.build_model(config.model)
-  batch = models.init_batch_shapes(config.model, 32)
-  variables = jax.eval_shape(lambda b: model.init(jax.random.key(0), b, train=False), batch)
-  shapes = jax.eval_shape(lambda v, b: run(model, v, b, train=False), variables, batch)
+    mural.build_model(config, tasks)
+  config.tasks.i2t.image_head = "image"  # An image head maps 80 -> 96 instead.
+  tasks = mural.tasks(config)
+  model = mural.build_model(config, tasks)
+  variables = jax.eval_shape(lambda: system.init_variables(model, tasks, config, jax.random.key(0)))
+  assert {"image_head", "i2t_head", "t2t_head"} <= set(variables["params"])
+  batch = _batch(config, b=1)
+  shapes = jax.eval_shape(lambda v: run(model, v, batch, image_head="image", method=embed_all), variables)
   assert shapes["image_emb"].shape == (1, 96) and shapes["text_emb"].shape == (1, 96)
   for field, value in (("image.variant", "b9"), ("image.name", "vit"), ("text.name", "t5")):
     config = load_config("tiny")

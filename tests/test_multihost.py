@@ -20,9 +20,7 @@ import sys
 import numpy as np
 import pytest
 
-from mural import config_lib  # ml_collections only: imports no JAX.
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from conftest import ROOT, tiny_config  # ml_collections only: imports no JAX.
 # No persistent compilation cache here: a process that loads an executable
 # compiled for another process layout (the 1 x 4 reference has the same HLO)
 # runs different collectives than its peer, and gloo fails with a size mismatch.
@@ -30,22 +28,12 @@ NO_CACHE = dict(JAX_ENABLE_COMPILATION_CACHE="false")
 STEPS = 6
 
 
-def load_config(name="tiny"):
-  return config_lib.from_file(ROOT / "configs" / f"{name}.py")
-
-
 def tiny(vocab_path):
-  c = load_config()
-  c.data.vocab_path = vocab_path
-  c.data.synthetic.eval_scenes = 16
-  c.data.synthetic.languages = ["en", "de"]
-  c.data.languages = ["en", "de"]
-  c.total_steps = STEPS
-  c.eval_every_steps = 0  # Only the final evaluation.
-  c.checkpoint_every_steps = 3
-  c.mesh.data, c.mesh.fsdp = 2, -1  # Exercise FSDP across processes too.
-  c.shard_min_size = 0
-  return c
+  return tiny_config(vocab_path, languages=("en", "de"), total_steps=STEPS,
+                     eval_every_steps=0,  # Only the final evaluation.
+                     checkpoint_every_steps=3,
+                     mesh__data=2, mesh__fsdp=-1,  # Exercise FSDP across processes too.
+                     shard_min_size=0)
 
 
 class ProcessSlice:
@@ -60,9 +48,11 @@ class ProcessSlice:
   def __next__(self):
     batch = next(self.inner)
     out = {}
-    for k, v in batch.items():
-      n = v.shape[0] // self.count
-      out[k] = v[self.index * n:(self.index + 1) * n]
+    for task, arrays in batch.items():
+      out[task] = {}
+      for k, v in arrays.items():
+        n = v.shape[0] // self.count
+        out[task][k] = v[self.index * n:(self.index + 1) * n]
     return out
 
   def get_state(self):
@@ -88,9 +78,11 @@ def _worker():
   jax.distributed.initialize(a.coordinator_address, a.num_processes, a.process_id)
   from mural import train
   from mural.data import pipeline
+  from mural.data import vocab
   config = tiny(a.vocab_path)
-  tokenizer = train._tokenizer(config, a.workdir)
-  stream = pipeline.build_train_iterator(config, tokenizer, process_index=0, process_count=1)
+  tasks = train.build(config).tasks
+  stream = pipeline.build_train_iterator(config, tasks, vocab.tokenizer(config, tasks, a.workdir),
+                                         process_index=0, process_count=1)
   result = train.train_and_evaluate(
       config, a.workdir, train_iter=ProcessSlice(stream, jax.process_index(), jax.process_count()))
   print("RESULT " + json.dumps(dict(process=jax.process_index(), processes=jax.process_count(),
@@ -98,21 +90,12 @@ def _worker():
                                     eval=result["eval"])), flush=True)
 
 
-@pytest.fixture(scope="module")
-def vocab_path(tmp_path_factory):
-  from mural import train
-  saved, train.VOCAB_RECORDS_PER_SOURCE = train.VOCAB_RECORDS_PER_SOURCE, 1000
-  try:
-    return train._tokenizer(tiny(""), str(tmp_path_factory.mktemp("vocab"))).vocab_path
-  finally:
-    train.VOCAB_RECORDS_PER_SOURCE = saved
-
-
 def _losses(workdir):
   return [json.loads(l)["loss"] for l in (workdir / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_two_processes_match_one_process(tmp_path, vocab_path):
+def test_two_processes_match_one_process(tmp_path, tiny_vocab):
+  vocab_path = tiny_vocab
   # Reference: one process with 4 devices, the ordinary pipeline (same global batches).
   one = tmp_path / "one"
   env = dict(os.environ, **NO_CACHE, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3",
@@ -120,7 +103,6 @@ def test_two_processes_match_one_process(tmp_path, vocab_path):
   code = f"""
 import sys; sys.path.insert(0, {str(ROOT / 'tests')!r})
 from test_multihost import tiny
-from mural import config_lib
 from mural import train
 import json
 r = train.train_and_evaluate(tiny({vocab_path!r}), {str(one)!r})

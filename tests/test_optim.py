@@ -1,6 +1,6 @@
 """mural.optim: schedule values, weight-decay masks, LAMB against NumPy, per-task rates."""
 
-import pathlib
+import types
 
 import jax
 import jax.numpy as jnp
@@ -9,16 +9,10 @@ import numpy as np
 import optax
 import pytest
 
-from mural import config_lib
-from mural import losses
-from mural import models
+from conftest import load_config, set_fields
 from mural import optim
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-
-
-def load_config(name):
-  return config_lib.from_file(ROOT / "configs" / f"{name}.py")
+from mural import system
+from mural import systems
 
 
 def optim_config(**overrides):
@@ -87,11 +81,16 @@ def test_schedule_without_warmup_starts_at_peak():
 # ---- Weight decay mask and LAMB ---------------------------------------------------
 
 
+def _model(config):
+  """(model, abstract unboxed variables, active tasks) of config's system."""
+  tasks = system.active_tasks(systems.get(config), config)
+  model = systems.get(config).build_model(config, tasks)
+  v = nn.unbox(jax.eval_shape(lambda: system.init_variables(model, tasks, config, jax.random.PRNGKey(0))))
+  return model, v, tasks
+
+
 def test_weight_decay_mask_on_the_model():
-  config = load_config("tiny")
-  model = models.build_model(config.model)
-  shapes = models.init_batch_shapes(config.model, config.data.image_size)
-  params = nn.unbox(jax.eval_shape(lambda b: model.init(jax.random.PRNGKey(0), b, train=False), shapes))["params"]
+  params = _model(load_config("tiny"))[1]["params"]
   mask = optim.weight_decay_mask(params)
   flat = {"/".join(str(k.key) for k in path): m for path, m in jax.tree_util.tree_flatten_with_path(mask)[0]}
   assert not flat["log_temperature"]
@@ -147,18 +146,19 @@ def test_gradient_clipping_matches_numpy():
 # ---- Per-task optimizers ------------------------------------------------------------
 
 
+def _tasks(i2t_rate=0.01, t2t_rate=0.001):
+  return {"i2t": types.SimpleNamespace(name="i2t", learning_rate=i2t_rate),
+          "t2t": types.SimpleNamespace(name="t2t", learning_rate=t2t_rate)}
+
+
 def _two_task_setup(t2t_rate):
-  config = load_config("tiny")
-  config.optim.weight_decay = 0.1
-  config.optim.warmup_steps = 1
-  config.optim.i2t_learning_rate = 0.01
-  config.optim.t2t_learning_rate = t2t_rate
-  config.total_steps = 5
+  config = optim_config(weight_decay=0.1, warmup_steps=1)
+  tasks = _tasks(t2t_rate=t2t_rate)
   params = {"shared": jnp.asarray(PARAMS["kernel"]), "image": jnp.asarray(PARAMS["kernel"] * 2),
             "t2t_head": jnp.asarray(PARAMS["kernel"] * 3)}
   trainable = {"i2t": {"shared": True, "image": True, "t2t_head": False},
                "t2t": {"shared": True, "image": False, "t2t_head": True}}
-  return config, params, optim.build(config, ("i2t", "t2t"), trainable)
+  return (config, tasks), params, optim.build(tasks.values(), trainable, config, total_steps=5)
 
 
 def test_per_task_rates_sum_of_two_lambs():
@@ -199,13 +199,13 @@ def _run(opt, params, grads, steps=3):
 def test_untouched_parameters_get_no_update_from_other_tasks():
   """A parameter outside a task's mask gets exactly zero from that task, even
   with weight decay (LAMB's trust ratio would blow decay up to a full step)."""
-  config, params, both = _two_task_setup(t2t_rate=0.001)
+  (config, tasks), params, both = _two_task_setup(t2t_rate=0.001)
   zero = {k: np.zeros((3, 4), np.float32) for k in params}
   masks = {"i2t": {"shared": True, "image": True, "t2t_head": False},
            "t2t": {"shared": True, "image": False, "t2t_head": True}}
   got = _run(both, params, {"i2t": zero, "t2t": zero})
-  only_i2t = _run(optim.build(config, ("i2t",), masks), params, {"i2t": zero})
-  only_t2t = _run(optim.build(config, ("t2t",), masks), params, {"t2t": zero})
+  only_i2t = _run(optim.build([tasks["i2t"]], masks, config, 5), params, {"i2t": zero})
+  only_t2t = _run(optim.build([tasks["t2t"]], masks, config, 5), params, {"t2t": zero})
   np.testing.assert_array_equal(got["image"], only_i2t["image"])
   np.testing.assert_array_equal(got["t2t_head"], only_t2t["t2t_head"])
   np.testing.assert_array_equal(only_i2t["t2t_head"], params["t2t_head"])
@@ -226,19 +226,24 @@ def test_zero_t2t_rate_gives_exactly_zero_t2t_updates():
 # ---- Which parameters each task trains ------------------------------------------------
 
 
-def _model_masks(learn_temperature=True, t2t_head=True):
-  config = load_config("tiny")
-  config.model.heads.t2t = t2t_head
-  model = models.build_model(config.model, learn_temperature=learn_temperature)
-  shapes = models.init_batch_shapes(config.model, config.data.image_size, 2)
-  v = nn.unbox(jax.eval_shape(lambda b: model.init(jax.random.PRNGKey(0), b, train=False), shapes))
+def test_inactive_task_keeps_its_state_and_makes_no_update():
+  """The per-step task chooser: a task marked inactive neither moves params nor its state."""
+  _, params, opt = _two_task_setup(t2t_rate=0.001)
+  g = {k: np.ones((3, 4), np.float32) for k in params}
+  state = opt.init(params)
+  updates, new_state = opt.update({"i2t": g, "t2t": g}, state, params, active=jnp.array([True, False]))
+  jax.tree.map(np.testing.assert_array_equal, new_state["t2t"], state["t2t"])
+  only_i2t, _ = opt.transforms["i2t"].update(g, state["i2t"], params)
+  jax.tree.map(np.testing.assert_array_equal, updates, only_i2t)
 
-  def task_losses(p, bs, b):
-    out = model.apply({"params": p, "batch_stats": bs}, b, train=True,
-                      rngs={"dropout": jax.random.PRNGKey(0)}, mutable=["batch_stats"])[0]
-    return losses.task_losses(out, {}, config.loss)[0]
 
-  masks = optim.params_read_by(task_losses, v["params"], v["batch_stats"], shapes)
+def _model_masks(**fields):
+  config = set_fields(load_config("tiny"), **fields)
+  model, v, tasks = _model(config)
+  shapes = system.batch_shapes(tasks, config, batch_size=2)
+  masks = optim.params_read_by(
+      lambda p, bs, b: system.task_losses(model, tasks, p, bs, b, jax.random.PRNGKey(0))[0],
+      v["params"], v["batch_stats"], shapes)
   return {t: {k: sorted(set(jax.tree.leaves(sub))) for k, sub in m.items()} for t, m in masks.items()}
 
 
@@ -251,6 +256,6 @@ def test_params_read_by_splits_the_model_by_task():
 
 
 def test_params_read_by_follows_the_model_variant():
-  m = _model_masks(learn_temperature=False, t2t_head=False)
+  m = _model_masks(model__learn_temperature=False, tasks__t2t__head="i2t")
   assert m["i2t"]["log_temperature"] == [False]  # stop_gradient: not trained.
-  assert m["t2t"]["i2t_head"] == [True]  # Without a t2t head the t2t task uses the i2t head.
+  assert "t2t_head" not in m["t2t"] and m["t2t"]["i2t_head"] == [True]  # A shared text head.

@@ -8,6 +8,7 @@ travel together.
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -15,7 +16,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import set_fields
 from mural import config_lib
+from mural import system
+from mural import systems
 from mural.data import eval_data
 from mural.data import pipeline
 from mural.data import tokenizer as tokenizer_lib
@@ -66,20 +70,25 @@ def _write(path, records):
 
 
 def _config(i2t_sources, t2t_sources=(), batch_size=8, t2t_batch_size=4, **data):
-  c = config_lib.base_config()
-  c.batch_size, c.t2t_batch_size = batch_size, t2t_batch_size
+  c = systems.base_config("mural")
+  c.tasks.i2t.batch_size, c.tasks.t2t.batch_size = batch_size, t2t_batch_size
   c.data.image_size, c.data.eval_resize = 8, 10
   c.data.shuffle_buffer = 0
-  c.data.i2t_sources = [dict(s) for s in i2t_sources]
-  c.data.t2t_sources = [dict(s) for s in t2t_sources]
+  c.tasks.i2t.sources = [dict(s) for s in i2t_sources]
+  c.tasks.t2t.sources = [dict(s) for s in t2t_sources]
   for k, v in data.items():
     c.data[k] = v
   config_lib.validate(c)
   return c
 
 
-def _take(it, n):
-  return [next(it) for _ in range(n)]
+def _iterator(c, tok, **kw):
+  """The pipeline of the config's active tasks (MURAL: i2t, and t2t when it has sources)."""
+  return pipeline.build_train_iterator(c, system.active_tasks(systems.get(c), c), tok, **kw)
+
+
+def _take(it, n, task="i2t"):
+  return [next(it)[task] for _ in range(n)]
 
 
 def _tfrecord(path):
@@ -100,14 +109,14 @@ def test_language_sampling_formula_hand_values():
 
 def test_batches_fixed_shapes_tokenised_and_paired(tmp_path, tok):
   path = _write(tmp_path / "a.tfrecord", [_good(n, ["en", "de", "zh"][n % 3]) for n in range(24)])
-  it = pipeline.build_train_iterator(_config([_tfrecord(path)]), tok, seed=0)
+  it = _iterator(_config([_tfrecord(path)]), tok, seed=0)
   seen = []
   for b in _take(it, 3):
-    assert set(b) == {"image", "text_ids", "text_mask", "lang", "image_text_valid"}
+    assert set(b) == {"image", "text_ids", "text_mask", "lang", "valid"}
     assert b["image"].shape == (8, 8, 8, 3) and b["image"].dtype == np.float32
     assert b["text_ids"].shape == b["text_mask"].shape == (8, 6) and b["text_ids"].dtype == np.int32
     assert b["text_mask"].dtype == np.int32 and b["lang"].dtype == np.int32
-    assert b["image_text_valid"].dtype == bool and b["image_text_valid"].all()
+    assert b["valid"].dtype == bool and b["valid"].all()
     numbers = _numbers(b["text_ids"])
     want_ids, want_mask = tok.tokenize(tf.constant([f"cap {n}" for n in numbers]))
     np.testing.assert_array_equal(b["text_ids"], want_ids.numpy())
@@ -123,19 +132,24 @@ def test_batches_fixed_shapes_tokenised_and_paired(tmp_path, tok):
     ("languages", ["en", "EN"]), ("languages", ["en", "en"]), ("language_sampling_temperature", 0.0),
     ("shuffle_buffer", -1), ("crop_area_range", (0.0, 1.0)), ("crop_area_range", (0.9, 0.5)),
     ("crop_aspect_range", (2.0, 1.0)), ("max_text_chars", 0), ("num_parallel_calls", 0),
-    ("prefetch_batches", -1), ("i2t_sources", [dict(weight=1.0)]),
-    ("t2t_sources", [dict(name="x", weight=0)]),
+    ("prefetch_batches", -1), ("tasks.i2t.sources", [dict(weight=1.0)]),
+    ("tasks.t2t.sources", [dict(name="x", weight=0)]), ("tasks.t2t.batch_size", 0),
+    ("tasks.i2t.learning_rate", -1.0),
 ])
-def test_validate_rejects_bad_data_fields(field, value):
-  c = config_lib.base_config()
-  c.data[field] = value
-  with pytest.raises(config_lib.ConfigError, match=f"config.data.{field}"):
+def test_validate_rejects_bad_data_and_task_fields(field, value):
+  c = systems.base_config("mural")
+  if field.startswith("tasks."):
+    set_fields(c, **{field: value})
+  else:
+    c.data[field] = value
+  name = field if field.startswith("tasks.") else f"data.{field}"
+  with pytest.raises(config_lib.ConfigError, match=re.escape(f"config.{name}")):
     config_lib.validate(c)
 
 
 def test_every_epoch_is_a_new_permutation(tmp_path, tok):
   path = _write(tmp_path / "a.tfrecord", [_good(n) for n in range(16)])
-  it = pipeline.build_train_iterator(_config([_tfrecord(path)], shuffle_buffer=16), tok, seed=0)
+  it = _iterator(_config([_tfrecord(path)], shuffle_buffer=16), tok, seed=0)
   numbers = np.concatenate([_numbers(b["text_ids"]) for b in _take(it, 6)]).reshape(3, 16)
   for epoch in numbers:
     assert sorted(epoch) == list(range(16))
@@ -160,7 +174,7 @@ def test_bad_records_skipped_and_counted_exactly(tmp_path, tok):
   good = [_good(n, "de" if n % 2 else "en") for n in range(100, 124)]
   records = good[:5] + bad[:6] + good[5:17] + bad[6:] + good[17:]  # The last record is good.
   path = _write(tmp_path / "mixed.tfrecord", records)
-  it = pipeline.build_train_iterator(_config([_tfrecord(path)], max_text_chars=50), tok, seed=0)
+  it = _iterator(_config([_tfrecord(path)], max_text_chars=50), tok, seed=0)
   assert set(it.skip_counts().values()) == {0}
   numbers = np.concatenate([_numbers(b["text_ids"]) for b in _take(it, 3)])
   assert list(numbers) == list(range(100, 124))  # Every good record, once, in order.
@@ -173,18 +187,18 @@ def test_bad_records_skipped_and_counted_exactly(tmp_path, tok):
 
 def test_unusable_sources_fail_clearly(tmp_path, tok, monkeypatch):
   with pytest.raises(ValueError, match="no file matches"):
-    pipeline.build_train_iterator(_config([_tfrecord(tmp_path / "absent-*.tfrecord")]), tok)
-  with pytest.raises(ValueError, match="unknown source 'nope'"):
-    pipeline.build_train_iterator(_config([dict(name="nope", weight=1.0)]), tok)
+    _iterator(_config([_tfrecord(tmp_path / "absent-*.tfrecord")]), tok)
+  with pytest.raises(ValueError, match=re.escape("config.tasks.i2t.sources[0]: unknown image_text source 'nope'")):
+    _iterator(_config([dict(name="nope", weight=1.0)]), tok)
   path = _write(tmp_path / "good.tfrecord", [_good(n) for n in range(8)])
   with pytest.raises(ValueError, match="batch_size: 8 is not divisible by process_count 3"):
-    pipeline.build_train_iterator(_config([_tfrecord(path)]), tok, process_index=0, process_count=3)
+    _iterator(_config([_tfrecord(path)]), tok, process_index=0, process_count=3)
   with pytest.raises(ValueError, match="no records on process 0"):
-    pipeline.build_train_iterator(_config([_tfrecord(_write(tmp_path / "empty.tfrecord", []))]), tok)
+    _iterator(_config([_tfrecord(_write(tmp_path / "empty.tfrecord", []))]), tok)
   # Every record in a language outside data.languages: an error, not an endless spin.
   monkeypatch.setattr(pipeline, "MAX_CONSECUTIVE_SKIPS", 50)
   path = _write(tmp_path / "klingon.tfrecord", [_good(n, "tlh") for n in range(8)])
-  it = pipeline.build_train_iterator(_config([_tfrecord(path)]), tok)
+  it = _iterator(_config([_tfrecord(path)]), tok)
   with pytest.raises(tf.errors.InvalidArgumentError, match="50 records in a row were skipped"):
     next(it)
 
@@ -196,7 +210,7 @@ def test_processes_read_disjoint_parts_that_cover_the_source(tmp_path, tok, num_
   src = _tfrecord(tmp_path / "part-*.tfrecord")
   parts = []
   for p in range(2):
-    it = pipeline.build_train_iterator(_config([src], shuffle_buffer=64), tok, process_index=p,
+    it = _iterator(_config([src], shuffle_buffer=64), tok, process_index=p,
                                        process_count=2)
     batches = _take(it, 4)  # 4 x (8 / 2) = 16 = this process's half.
     assert batches[0]["image"].shape[0] == 4
@@ -220,12 +234,12 @@ def test_text_pairs_batch(tmp_path, tok):
   rows.insert(3, ("", "cap 5", "en", "de"))
   rows.insert(7, ("cap 5", "cap 6", "en", "xx"))
   src = _pairs_tsv(tmp_path / "pairs.tsv", rows)
-  it = pipeline.build_train_iterator(_config([_tfrecord(_write(tmp_path / "a.tfrecord", [_good(0)]))],
+  it = _iterator(_config([_tfrecord(_write(tmp_path / "a.tfrecord", [_good(0)]))],
                                              [src]), tok)
   lefts = []
-  for b in _take(it, 3):
+  for b in _take(it, 3, task="t2t"):
     assert b["left_ids"].shape == b["right_ids"].shape == b["left_mask"].shape == (4, 6)
-    assert b["pair_valid"].dtype == bool and b["pair_valid"].all()
+    assert b["valid"].dtype == bool and b["valid"].all()
     np.testing.assert_array_equal(_numbers(b["right_ids"]), _numbers(b["left_ids"]) + 1000)
     want, mask = tok.tokenize(tf.constant([f"cap {n}" for n in _numbers(b["left_ids"])]))
     np.testing.assert_array_equal(b["left_ids"], want.numpy())
@@ -235,10 +249,10 @@ def test_text_pairs_batch(tmp_path, tok):
   counts = it.skip_counts()
   assert {k: v for k, v in counts.items() if k.startswith("t2t/")} == {
       "t2t/unknown_language": 1, "t2t/empty_text": 1, "t2t/long_text": 0}
-  # No t2t keys when the t2t loss is off.
+  # No t2t batch when the t2t task is off.
   c = _config([_tfrecord(_write(tmp_path / "b.tfrecord", [_good(0)]))], [src])
-  c.loss.t2t_weight = 0.0
-  assert "left_ids" not in next(pipeline.build_train_iterator(c, tok))
+  c.tasks.t2t.weight = 0.0
+  assert set(next(_iterator(c, tok))) == {"i2t"}
 
 
 def _resume_config(tmp_path):
@@ -255,20 +269,22 @@ def _resume_config(tmp_path):
 
 def test_resume_from_state_gives_identical_batches(tmp_path, tok):
   c = _resume_config(tmp_path)
-  it = pipeline.build_train_iterator(c, tok, seed=5)
+  it = _iterator(c, tok, seed=5)
   _take(it, 7)  # Several epochs of the small sources, both tasks.
   state = json.loads(json.dumps(it.get_state()))
   counts = it.skip_counts()
   assert counts["i2t/not_an_image"] >= 1 and counts["i2t/empty_text"] >= 1
-  reference = _take(it, 5)
+  reference = [next(it) for _ in range(5)]
 
-  resumed = pipeline.build_train_iterator(c, tok, seed=5)
+  resumed = _iterator(c, tok, seed=5)
   resumed.set_state(state)
   assert resumed.skip_counts() == counts
-  for want, got in zip(reference, _take(resumed, 5)):
-    assert set(want) == set(got)
-    for k in want:
-      np.testing.assert_array_equal(want[k], got[k], err_msg=k)
+  for want, got in zip(reference, [next(resumed) for _ in range(5)]):
+    assert set(want) == set(got) == {"i2t", "t2t"}
+    for task in want:
+      assert set(want[task]) == set(got[task])
+      for k in want[task]:
+        np.testing.assert_array_equal(want[task][k], got[task][k], err_msg=f"{task}/{k}")
   assert resumed.skip_counts() == it.skip_counts()
   assert resumed.get_state() == it.get_state()
 
@@ -287,11 +303,11 @@ def test_language_temperature_sampling_frequencies(tmp_path, tok):
   path = _tfrecord(_write(tmp_path / "langs.tfrecord", records))
   index = {"en": 0, "de": 1, "fr": 2}
   # T = 1: the natural mix, exactly, epoch by epoch (5 batches of 75 = one epoch).
-  it = pipeline.build_train_iterator(_config([path], batch_size=75, shuffle_buffer=500), tok)
+  it = _iterator(_config([path], batch_size=75, shuffle_buffer=500), tok)
   langs = np.concatenate([b["lang"] for b in _take(it, 5)])
   assert [int(np.sum(langs == index[l])) for l in counts] == [300, 60, 15]
   # T = 2: p_l ∝ sqrt(n_l); 3000 draws, binomial sd <= 0.009.
-  it = pipeline.build_train_iterator(
+  it = _iterator(
       _config([path], batch_size=100, shuffle_buffer=500, language_sampling_temperature=2.0), tok)
   langs = np.concatenate([b["lang"] for b in _take(it, 30)])
   freq = np.array([np.mean(langs == index[l]) for l in counts])
@@ -302,7 +318,7 @@ def test_language_temperature_sampling_frequencies(tmp_path, tok):
 def test_source_mixture_weights(tmp_path, tok):
   a = _tfrecord(_write(tmp_path / "en.tfrecord", [_good(n, "en") for n in range(50)]))
   b = dict(_tfrecord(_write(tmp_path / "de.tfrecord", [_good(n, "de") for n in range(50)])), weight=1 / 3)
-  it = pipeline.build_train_iterator(_config([a, b], batch_size=100, shuffle_buffer=50), tok)
+  it = _iterator(_config([a, b], batch_size=100, shuffle_buffer=50), tok)
   langs = np.concatenate([b["lang"] for b in _take(it, 20)])
   assert abs(np.mean(langs == 0) - 0.75) < 0.03
 
@@ -311,8 +327,8 @@ def test_source_mixture_weights(tmp_path, tok):
 
 
 def _synthetic_config(**synthetic_fields):
-  c = config_lib.base_config()
-  c.batch_size, c.t2t_batch_size = 8, 8
+  c = systems.base_config("mural")
+  c.tasks.i2t.batch_size, c.tasks.t2t.batch_size = 8, 8
   c.data.image_size, c.data.eval_resize = 16, 18
   c.data.shuffle_buffer = 0
   s = c.data.synthetic
@@ -326,19 +342,20 @@ def _synthetic_config(**synthetic_fields):
 
 def test_synthetic_source_batches_and_resume(tok):
   c = _synthetic_config()
-  it = pipeline.build_train_iterator(c, tok, seed=1)
+  it = _iterator(c, tok, seed=1)
   b = next(it)
-  assert b["image"].shape == (8, 16, 16, 3) and b["left_ids"].shape == (8, 6)
-  assert b["image"].min() >= -1 and b["image"].max() <= 1
-  assert set(b["lang"]) <= set(range(len(c.data.synthetic.languages)))
+  assert b["i2t"]["image"].shape == (8, 16, 16, 3) and b["t2t"]["left_ids"].shape == (8, 6)
+  assert b["i2t"]["image"].min() >= -1 and b["i2t"]["image"].max() <= 1
+  assert set(b["i2t"]["lang"]) <= set(range(len(c.data.synthetic.languages)))
   _take(it, 2)
   state = it.get_state()
   want = next(it)
-  resumed = pipeline.build_train_iterator(c, tok, seed=1)
+  resumed = _iterator(c, tok, seed=1)
   resumed.set_state(state)
   got = next(resumed)
-  for k in want:
-    np.testing.assert_array_equal(want[k], got[k], err_msg=k)
+  for task in want:
+    for k in want[task]:
+      np.testing.assert_array_equal(want[task][k], got[task][k], err_msg=f"{task}/{k}")
 
 
 def test_synthetic_eval_sets(tok):
@@ -370,14 +387,14 @@ def test_flickr8k_eval_sets(tok, flickr8k_dir):
 
 _EXIT_SCRIPT = """
 import sys
-from mural import config_lib
+from mural import system, systems
 from mural.data import pipeline, tokenizer
 tokenizer.save_vocab(list(tokenizer.RESERVED_TOKENS) + ["a"], sys.argv[1])
-c = config_lib.base_config()
-c.batch_size = 64
+c = systems.base_config("align")
+c.tasks.i2t.batch_size = 64
 c.data.image_size = c.data.synthetic.render_size = 64
-c.data.t2t_sources = []
-it = pipeline.build_train_iterator(c, tokenizer.Tokenizer(sys.argv[1], 6))
+tasks = system.active_tasks(systems.get(c), c)
+it = pipeline.build_train_iterator(c, tasks, tokenizer.Tokenizer(sys.argv[1], 6))
 next(it)
 print("done")
 """

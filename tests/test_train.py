@@ -17,48 +17,19 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import ROOT, tiny_config
+from mural import checkpointing
 from mural import config_lib
+from mural import optim
+from mural import system
 from mural import train
+from mural.state import TrainingError
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Several runs below compile the same step function: JAX's persistent cache
 # turns the later compiles into a lookup (safe: keyed by the program).
 JAX_CACHE = os.environ.get("MURAL_TEST_JAX_CACHE", "/tmp/mural_test_jax_cache")
 jax.config.update("jax_compilation_cache_dir", JAX_CACHE)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-
-
-def load_config(name="tiny"):
-  return config_lib.from_file(ROOT / "configs" / f"{name}.py")
-
-
-@pytest.fixture(scope="module")
-def vocab_path(tmp_path_factory):
-  """One wordpiece vocab for every run of this module (learning it is the slow part of setup)."""
-  config = load_config()
-  config.data.synthetic.eval_scenes = 16
-  workdir = tmp_path_factory.mktemp("vocab")
-  train.VOCAB_RECORDS_PER_SOURCE, saved = 1000, train.VOCAB_RECORDS_PER_SOURCE
-  try:
-    return train._tokenizer(config, str(workdir)).vocab_path
-  finally:
-    train.VOCAB_RECORDS_PER_SOURCE = saved
-
-
-def tiny(vocab_path, **overrides):
-  c = load_config()
-  c.data.vocab_path = vocab_path
-  c.data.synthetic.eval_scenes = 16  # Eval: 16 held-out scenes per language.
-  c.data.synthetic.languages = ["en", "de", "sw"]
-  c.data.languages = ["en", "de", "sw"]
-  c.model.text.dropout_rate = 0.1
-  for key, value in overrides.items():
-    node = c
-    *parents, leaf = key.split(".")
-    for p in parents:
-      node = node[p]
-    node[leaf] = value
-  return c
 
 
 def read_jsonl(path):
@@ -92,17 +63,17 @@ class _Iterator:
 
 
 def _pipeline(config, workdir):
-  return train._input(config, str(workdir))[1]
+  return train.input_pipeline(config, train.build(config), str(workdir))[1]
 
 
 # ---- End to end + resume -------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(vocab_path, tmp_path_factory):
+def uninterrupted(tiny_vocab, tmp_path_factory):
   """10 steps, eval and checkpoint every 5: the reference run."""
   workdir = tmp_path_factory.mktemp("full")
-  config = tiny(vocab_path)
+  config = tiny_config(tiny_vocab)
   result = train.train_and_evaluate(config, str(workdir))
   return config, workdir, result
 
@@ -117,7 +88,7 @@ def test_end_to_end_outputs(uninterrupted):
     assert key in lines[-1], key
   assert all(np.isfinite(l["loss"]) for l in lines)
   assert lines[-1]["lr/i2t"] == pytest.approx(float(
-      train.optim.learning_rate_schedule(config.optim.i2t_learning_rate, 2, 10)(9)))
+      optim.learning_rate_schedule(config.tasks.i2t.learning_rate, 2, 10)(9)))
   for step in (5, 10):
     assert (workdir / "checkpoints" / str(step) / "state").is_dir()
     scores = json.loads((workdir / "eval" / f"step_{step}.json").read_text())
@@ -134,7 +105,7 @@ def test_end_to_end_outputs(uninterrupted):
   assert (workdir / "vocab.txt").exists() is False  # vocab_path given: nothing learned here.
 
 
-def test_sigterm_checkpoints_and_resume_matches_uninterrupted(uninterrupted, vocab_path, tmp_path):
+def test_sigterm_checkpoints_and_resume_matches_uninterrupted(uninterrupted, tmp_path):
   """SIGTERM before step 7's batch -> checkpoint 7 and stop; a rerun resumes and
   ends with the same losses and parameters as the run that never stopped."""
   config, full_dir, full = uninterrupted
@@ -166,6 +137,17 @@ def test_eval_mode_reads_the_latest_checkpoint(uninterrupted):
   assert scores == result["eval"]
 
 
+def test_restore_params_reads_a_checkpoint_without_its_config(uninterrupted):
+  _, workdir, result = uninterrupted
+  restored = checkpointing.restore_params(str(workdir))
+  assert set(restored) == {"params", "batch_stats"}
+  jax.tree.map(np.testing.assert_array_equal, restored["params"], jax.device_get(result["state"].params))
+  jax.tree.map(np.testing.assert_array_equal, restored["batch_stats"],
+               jax.device_get(result["state"].batch_stats))
+  early = checkpointing.restore_params(str(workdir), step=5)
+  assert not np.array_equal(early["params"]["log_temperature"], restored["params"]["log_temperature"])
+
+
 # ---- ALIGN equivalence ------------------------------------------------------------------
 
 
@@ -175,18 +157,18 @@ def _params_without_t2t_head(state):
   return params
 
 
-def test_t2t_weight_zero_or_rate_zero_is_align(vocab_path, tmp_path):
+def test_t2t_weight_zero_or_rate_zero_is_align(tiny_vocab, tmp_path):
   steps = dict(total_steps=4, checkpoint_every_steps=4, eval_every_steps=0, log_every_steps=4)
-  align = tiny(vocab_path, **steps, **{"loss.t2t_weight": 0.0, "model.heads.t2t": False})
-  align.data.t2t_sources = []
+  align = tiny_config(tiny_vocab, **steps, system="align")
+  del align.tasks["t2t"]
   runs = {
       "align": align,
-      "weight0": tiny(vocab_path, **steps, **{"loss.t2t_weight": 0.0}),
-      "rate0": tiny(vocab_path, **steps, **{"optim.t2t_learning_rate": 0.0}),
+      "weight0": tiny_config(tiny_vocab, **steps, **{"tasks.t2t.weight": 0.0}),
+      "rate0": tiny_config(tiny_vocab, **steps, **{"tasks.t2t.learning_rate": 0.0}),
   }
   out = {name: train.train_and_evaluate(c, str(tmp_path / name)) for name, c in runs.items()}
   assert set(out["align"]["state"].opt_state) == {"i2t"}
-  assert set(out["weight0"]["state"].opt_state) == {"i2t"}  # The t2t branch is absent.
+  assert set(out["weight0"]["state"].opt_state) == {"i2t"}  # The t2t task does not run.
   assert set(out["rate0"]["state"].opt_state) == {"i2t", "t2t"}
   reference = _params_without_t2t_head(out["align"]["state"])
   assert "t2t_head" not in out["weight0"]["state"].params
@@ -198,7 +180,7 @@ def test_t2t_weight_zero_or_rate_zero_is_align(vocab_path, tmp_path):
                _params_without_t2t_head(out["rate0"]["state"]), reference)
   # ... and the t2t head was never moved.
   moved = jax.device_get(out["rate0"]["state"].params["t2t_head"])
-  init = jax.device_get(jax.jit(train._build(runs["rate0"]).init)(jax.random.PRNGKey(0)).params["t2t_head"])
+  init = jax.device_get(jax.jit(train.build(runs["rate0"]).init)(jax.random.PRNGKey(0)).params["t2t_head"])
   jax.tree.map(np.testing.assert_array_equal, moved, init)
   assert out["rate0"]["train"]["loss/i2t"] == pytest.approx(out["align"]["train"]["loss/i2t"], rel=1e-6)
 
@@ -206,13 +188,8 @@ def test_t2t_weight_zero_or_rate_zero_is_align(vocab_path, tmp_path):
 # ---- Gradient accumulation -------------------------------------------------------------
 
 
-def test_grad_accumulation_averages_micro_batch_gradients(vocab_path):
-  """k=2 on a batch == mean of k=1 gradients on rows 0::2 and 1::2 (each its own softmax)."""
-  config = tiny(vocab_path, **{"optim.grad_accum_steps": 2})
-  setup = train._build(config)
-  state = jax.jit(setup.init)(jax.random.PRNGKey(0))
-  rng = np.random.default_rng(0)
-  shapes = train.batch_shapes(config, setup.tasks)
+def _random_batch(shapes, seed=0):
+  rng = np.random.default_rng(seed)
   batch = {}
   for k, s in shapes.items():
     if s.dtype == jnp.float32:
@@ -223,14 +200,22 @@ def test_grad_accumulation_averages_micro_batch_gradients(vocab_path):
       batch[k] = (np.arange(s.shape[1]) < rng.integers(3, s.shape[1], size=(s.shape[0], 1))).astype(np.int32)
     else:
       batch[k] = rng.integers(5, 200, size=s.shape).astype(np.int32)
+  return batch
+
+
+def test_grad_accumulation_averages_micro_batch_gradients(tiny_vocab):
+  """k=2 on a batch == mean of k=1 gradients on rows 0::2 and 1::2 (each its own softmax)."""
+  config = tiny_config(tiny_vocab, **{"optim.grad_accum_steps": 2})
+  setup = train.build(config)
+  state = jax.jit(setup.init)(jax.random.PRNGKey(0))
+  batch = {name: _random_batch(shapes) for name, shapes in system.batch_shapes(setup.tasks, config).items()}
   key = jax.random.PRNGKey(3)
-  args = (setup.model, config.loss, setup.tasks)
-  accumulated = jax.jit(train.make_grad_fn(*args, 2, setup.mesh, setup.rules))
-  single = jax.jit(train.make_grad_fn(*args, 1, setup.mesh, setup.rules))
+  accumulated = jax.jit(train.make_grad_fn(setup.model, setup.tasks, 2, setup.mesh, setup.rules))
+  single = jax.jit(train.make_grad_fn(setup.model, setup.tasks, 1, setup.mesh, setup.rules))
+  rows = lambda b, r: jax.tree.map(lambda v: v[r::2], b)
   grads, stats, metrics = accumulated(state.params, state.batch_stats, batch, key)
-  g0, s0, m0 = single(state.params, state.batch_stats, {k: v[0::2] for k, v in batch.items()},
-                      jax.random.fold_in(key, 0))
-  g1, s1, m1 = single(state.params, s0, {k: v[1::2] for k, v in batch.items()}, jax.random.fold_in(key, 1))
+  g0, s0, m0 = single(state.params, state.batch_stats, rows(batch, 0), jax.random.fold_in(key, 0))
+  g1, s1, m1 = single(state.params, s0, rows(batch, 1), jax.random.fold_in(key, 1))
   mean = jax.tree.map(lambda a, b: (a + b) / 2, g0, g1)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-4, atol=1e-6), grads, mean)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), stats, s1)
@@ -240,16 +225,16 @@ def test_grad_accumulation_averages_micro_batch_gradients(vocab_path):
 # ---- Failure paths -----------------------------------------------------------------------
 
 
-def test_non_finite_loss_names_the_step(vocab_path, tmp_path):
+def test_non_finite_loss_names_the_step(tiny_vocab, tmp_path):
   # The reference run's schedule (so its compiled step is reused); logs only at step 5.
-  config = tiny(vocab_path, log_every_steps=5, checkpoint_every_steps=10, eval_every_steps=0)
+  config = tiny_config(tiny_vocab, log_every_steps=5, checkpoint_every_steps=10, eval_every_steps=0)
 
   def poison(batch):
-    batch = dict(batch)
-    batch["image"] = np.full_like(batch["image"], np.nan)
+    batch = {k: dict(v) for k, v in batch.items()}
+    batch["i2t"]["image"] = np.full_like(batch["i2t"]["image"], np.nan)
     return batch
 
-  with pytest.raises(train.TrainingError, match=r"^step 3: the training loss is nan"):
+  with pytest.raises(TrainingError, match=r"^step 3: the training loss is nan"):
     train.train_and_evaluate(config, str(tmp_path), train_iter=_Iterator(_pipeline(config, tmp_path), 3, poison))
 
 
@@ -267,10 +252,10 @@ def test_main_bad_config_value_is_one_line_exit_2(tmp_path):
 
 
 def test_main_unknown_config_field_is_one_line_exit_2(tmp_path):
-  r = _main("--config=configs/tiny.py", "--config.optim.learning_rate=1e-3", f"--workdir={tmp_path}")
+  r = _main("--config=configs/tiny.py", "--config.tasks.i2t.learning_rat=1e-3", f"--workdir={tmp_path}")
   assert r.returncode == 2, r.stderr[-2000:]
   last = r.stderr.strip().splitlines()[-1]
-  assert last.startswith("mural: error:") and "learning_rate" in last
+  assert last.startswith("mural: error:") and "learning_rat" in last
   assert "Traceback" not in r.stderr
 
 
@@ -285,7 +270,7 @@ def test_main_missing_data_path_is_a_clear_error(tmp_path):
 
 
 def test_main_unparsable_override_is_one_line_exit_2(tmp_path):
-  r = _main("--config=configs/tiny.py", "--config.data.i2t_sources.0.path=/x", f"--workdir={tmp_path}")
+  r = _main("--config=configs/tiny.py", "--config.tasks.i2t.sources.0.path=/x", f"--workdir={tmp_path}")
   assert r.returncode == 2, r.stderr[-2000:]
   assert r.stderr.strip().splitlines()[-1].startswith("mural: error:")
   assert "Traceback" not in r.stderr
@@ -298,7 +283,13 @@ def test_main_describe_prints_json():
   assert counts["total"] > 0 and set(counts) >= {"image_tower", "text_encoder", "heads", "total"}
 
 
-def test_mesh_that_does_not_fit_is_a_config_error(vocab_path):
-  config = tiny(vocab_path, **{"mesh.data": 3})
+def test_mesh_that_does_not_fit_is_a_config_error(tiny_vocab):
+  config = tiny_config(tiny_vocab, **{"mesh.data": 3})
   with pytest.raises(config_lib.ConfigError, match=r"config\.mesh"):
-    train._build(config)
+    train.build(config)
+
+
+def test_batch_that_does_not_split_is_a_config_error(tiny_vocab):
+  config = tiny_config(tiny_vocab, **{"tasks.t2t.batch_size": 6, "optim.grad_accum_steps": 4})
+  with pytest.raises(config_lib.ConfigError, match=r"^config\.tasks\.(i2t|t2t)\.batch_size: "):
+    train.build(config)

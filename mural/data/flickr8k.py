@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from mural.data import paths
+from mural.data import records
 
 ENV_VAR = "MURAL_FLICKR8K_DIR"
 LANGUAGES = ("en", "zh", "ar", "de", "fr", "cs")
@@ -78,7 +79,8 @@ def select(rows: Sequence[Row], split: str, languages: Optional[Sequence[str]] =
           and (not caption_sources or r.source in caption_sources)]
 
 
-def image_text_source(source_config, split: str, process_index: int, process_count: int) -> tf.data.Dataset:
+def image_text_source(source_config, split: str, process_index: int, process_count: int,
+                      config=None) -> tf.data.Dataset:
   """'flickr8k': encoded JPEG bytes + caption + lang, one element per caption.
 
   Fields: path (None: $MURAL_FLICKR8K_DIR, then <repo>/../shared/data/flickr8k_1k),
@@ -87,11 +89,10 @@ def image_text_source(source_config, split: str, process_index: int, process_cou
   image); processes get disjoint images (the k-th image -> process k % count).
   A missing image file gives image '' (the pipeline skips and counts it).
   """
-  from mural.data import sources  # pylint: disable=g-import-not-at-top  (sources imports this module)
 
-  cfg = sources.source_fields(source_config, "flickr8k", dict(path=None, languages=list(LANGUAGES),
+  cfg = records.source_fields(source_config, "flickr8k", dict(path=None, languages=list(LANGUAGES),
                                                                 caption_sources=None))
-  sources.check_process(process_index, process_count)
+  records.check_process(process_index, process_count)
   root = data_dir(cfg["path"])
   rows = select(read_captions(root), split, cfg["languages"], cfg["caption_sources"])
   if not rows:

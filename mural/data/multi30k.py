@@ -19,6 +19,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import tensorflow as tf
 
 from mural.data import paths
+from mural.data import records
 
 ENV_VAR = "MURAL_MULTI30K_DIR"
 LANGUAGES = ("en", "de", "fr", "cs")  # Task 1; test_2017_* have no cs.
@@ -164,7 +165,8 @@ def _language_pairs(cfg) -> List[Tuple[str, str]]:
   return pairs
 
 
-def text_pair_source(source_config, split: str, process_index: int, process_count: int) -> tf.data.Dataset:
+def text_pair_source(source_config, split: str, process_index: int, process_count: int,
+                      config=None) -> tf.data.Dataset:
   """'multi30k' t2t source.
 
   Fields: path (None: $MURAL_MULTI30K_DIR, then <repo>/../shared/data/multi30k),
@@ -174,11 +176,10 @@ def text_pair_source(source_config, split: str, process_index: int, process_coun
   by image (its translations, then its comparable pairs) so a shuffle buffer
   mixes them; processes get disjoint images (image i -> process i % count).
   """
-  from mural.data import sources  # pylint: disable=g-import-not-at-top  (sources imports this module)
 
-  cfg = sources.source_fields(source_config, "multi30k", dict(
+  cfg = records.source_fields(source_config, "multi30k", dict(
       path=None, kinds=["translation"], languages=list(LANGUAGES), language_pairs=None))
-  sources.check_process(process_index, process_count)
+  records.check_process(process_index, process_count)
   kinds = list(cfg["kinds"])
   if not kinds or any(k not in PAIR_KINDS for k in kinds):
     raise ValueError(f"data source 'multi30k': kinds {kinds} must be a non-empty subset of {PAIR_KINDS}")

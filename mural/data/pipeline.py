@@ -1,13 +1,13 @@
-"""The MURAL training input: one image-text and one text-text batch per step.
+"""The training input: one batch per task per step, for any system's tasks.
 
-`build_train_iterator(config, tokenizer, process_index=, process_count=, seed=)`
-returns a `TrainIterator`; `next(it)` is a dict of NumPy arrays, this process's
-part of the global batches (fixed shapes, ready for
-`jax.make_array_from_process_local_data`):
-  'image' float32 [b, S, S, 3] in [-1, 1], 'text_ids'/'text_mask' int32 [b, L],
-  'lang' int32 [b] (index into config.data.languages), 'image_text_valid' bool [b];
-  with t2t sources and loss.t2t_weight > 0 also
-  'left_ids','left_mask','right_ids','right_mask' int32 [b2, L], 'pair_valid' bool [b2].
+`build_train_iterator(config, tasks, tokenizer, process_index=, process_count=, seed=)`
+returns a `TrainIterator`; `next(it)` is `{task name: {key: NumPy array}}`,
+this process's part of each task's global batch, with the keys and fixed
+shapes of the task's record kind (mural/data/inputs.py; e.g. image-text:
+'image', 'text_ids', 'text_mask', 'valid', plus 'lang' for the host), ready
+for `jax.make_array_from_process_local_data`. A task here is anything with
+`name`, `input` (a RecordKind), `sources` (source configs) and `batch_size`
+(global); the pipeline knows no task by name.
 
 Per task, each source is one stream (one process's shard, see sources.py):
   epochs of shuffled raw records, each record keyed by (epoch, position)
@@ -17,7 +17,7 @@ Per task, each source is one stream (one process's shard, see sources.py):
   -> a running count of skipped records by reason -> drop skipped records.
 The sources are mixed by weight, batched, tokenised per batch and prefetched.
 
-Language sampling: within a source, language (t2t: language pair) l is drawn
+Language sampling: within a source, language (text pairs: language pair) l is drawn
 with p_l ∝ n_l^(1/T), T = data.language_sampling_temperature, n_l its records
 on this process (one counting pass over the 'lang' fields at build time,
 skipped when T == 1). It is done by thinning: a record of l is kept with
@@ -49,9 +49,9 @@ consumed record, plus the number of records consumed (the mixture's draws).
 decoding, at most one epoch of raw records per source), and the next batches
 equal those of an uninterrupted iterator. The state is per process and only
 valid for the same seed, process_index/process_count and sources.
-The synthetic source is endless and indexable: it is opened at the resume
-position directly (no re-reading) and not reshuffled here (it permutes each
-epoch itself); its language counts come from config.data.synthetic.
+An `Endless` source (the synthetic one) is opened at the resume position
+directly (no re-reading) and not reshuffled here (it permutes each epoch
+itself); it reports its own language counts.
 tf.data's own iterator checkpoints were not used: they would store the shuffle
 buffers (thousands of encoded images) instead of a few integers.
 """
@@ -66,14 +66,11 @@ import numpy as np
 import tensorflow as tf
 
 from mural.data import preprocess
+from mural.data import records
 from mural.data import sources as sources_lib
-from mural.data import synthetic
 
-# Why a record was skipped; a record gets the first reason that applies.
-SKIP_REASONS = ("unknown_language", "empty_text", "long_text", "missing_image",
-                "not_an_image", "undecodable_image")
-_OK = 0  # Status 0: usable; status i >= 1: SKIP_REASONS[i - 1].
-_STATUS = {r: i + 1 for i, r in enumerate(SKIP_REASONS)}
+SKIP_REASONS = records.SKIP_REASONS
+_OK, _STATUS = records.OK, records.STATUS
 # A source whose records are skipped this many times in a row is unusable
 # (e.g. none of its languages is in data.languages): fail loudly, don't spin.
 MAX_CONSECUTIVE_SKIPS = 10_000
@@ -120,19 +117,6 @@ def _int_seed(seed: tf.Tensor) -> tf.Tensor:
 
 
 @dataclasses.dataclass
-class _TaskSpec:
-  """What differs between the image-text and the text-text task."""
-  name: str  # 'i2t' | 't2t'
-  table: Dict[str, Callable]  # sources.IMAGE_TEXT_SOURCES | TEXT_PAIR_SOURCES
-  batch_size: int  # Per process.
-  check: Callable  # raw record -> dict with 'status', 'lang_key' (+ payload).
-  num_lang_keys: int  # Size of the language-sampling index space.
-  lang_key_of_raw: Callable  # raw record -> int32 language key, -1 if unknown.
-  finish: Callable  # Batched payload dict -> the task's output dict.
-  reasons: Sequence[str] = SKIP_REASONS  # The skip reasons that can occur (reported).
-
-
-@dataclasses.dataclass
 class _Source:
   """A finite `raw` stream (the pipeline makes epochs of it), or `open_at`.
 
@@ -144,28 +128,6 @@ class _Source:
   raw: Optional[tf.data.Dataset]
   open_at: Optional[Callable[[int], tf.data.Dataset]]
   acceptance: Optional[np.ndarray]  # None: no language thinning.
-
-
-def _lang_index(lang: tf.Tensor, languages: tf.Tensor) -> tf.Tensor:
-  """Index of `lang` (scalar or [N] tf.string) in `languages`; -1 if absent."""
-  lang = tf.strings.lower(tf.strings.strip(lang))
-  hits = tf.cast(tf.equal(lang[..., None], languages), tf.int32)
-  return tf.where(tf.reduce_any(hits > 0, -1), tf.argmax(hits, -1, output_type=tf.int32), -1)
-
-
-def _text_status(text: tf.Tensor, max_chars: int) -> tf.Tensor:
-  """0, or the status of an empty / whitespace-only / too long text."""
-  empty = tf.equal(tf.strings.length(tf.strings.strip(text)), 0)
-  long = tf.strings.length(text, unit="UTF8_CHAR") > max_chars
-  return tf.where(empty, _STATUS["empty_text"], tf.where(long, _STATUS["long_text"], _OK))
-
-
-def _first(*statuses) -> tf.Tensor:
-  """The first nonzero status (statuses in SKIP_REASONS priority order)."""
-  out = tf.constant(_OK)
-  for s in reversed(statuses):
-    out = tf.where(tf.not_equal(s, _OK), s, out)
-  return out
 
 
 def _guarded_decode(ds: tf.data.Dataset, num_parallel_calls: int) -> tf.data.Dataset:
@@ -199,7 +161,7 @@ def _guarded_decode(ds: tf.data.Dataset, num_parallel_calls: int) -> tf.data.Dat
                        deterministic=True)
 
 
-def _source_stream(task: _TaskSpec, src: _Source, index: int, state: dict, seed,
+def _source_stream(task, src: _Source, index: int, state: dict, seed,
                    data_config, num_parallel_calls: int) -> tf.data.Dataset:
   """Validated, preprocessed records of one source, from `state` on, forever."""
   buffer = data_config.shuffle_buffer
@@ -220,8 +182,11 @@ def _source_stream(task: _TaskSpec, src: _Source, index: int, state: dict, seed,
     rest = tf.data.Dataset.range(start_epoch + 1, _FOREVER).flat_map(epoch)
     ds = first.concatenate(rest)
 
+  languages = tf.constant(list(data_config.languages))
+  max_chars = data_config.max_text_chars
+
   def checked(e, pos, raw):
-    out = task.check(raw)
+    out = task.input.check(raw, languages, max_chars)
     out.update(_epoch=e, _pos=pos, _seed=_fold(src_seed, e, pos))
     return out
 
@@ -237,7 +202,7 @@ def _source_stream(task: _TaskSpec, src: _Source, index: int, state: dict, seed,
 
     ds = ds.filter(sampled)
 
-  if task.name == "i2t":
+  if task.input.has_image:
     if ds.element_spec["image"].dtype == tf.string:
       ds = _guarded_decode(ds, num_parallel_calls)
     size = data_config.image_size
@@ -276,71 +241,15 @@ def _source_stream(task: _TaskSpec, src: _Source, index: int, state: dict, seed,
   return ds.filter(lambda x: tf.equal(x["status"], _OK))
 
 
-# ---------------------------------------------------------------------------
-# The two tasks.
-
-
-def _i2t_spec(config, tokenizer, batch_size) -> _TaskSpec:
-  languages = tf.constant(list(config.data.languages))
-  max_chars = config.data.max_text_chars
-
-  def lang_key(raw):
-    return _lang_index(raw["lang"], languages)
-
-  def check(raw):
-    lang = lang_key(raw)
-    image = raw["image"]
-    if image.dtype == tf.string:
-      missing = tf.equal(tf.strings.length(image), 0)
-      image_status = tf.where(missing, _STATUS["missing_image"],
-                              tf.where(preprocess.is_encoded_image(image), _OK, _STATUS["not_an_image"]))
-    else:
-      image_status = tf.where(tf.size(image) > 0, _OK, _STATUS["missing_image"])
-    status = _first(tf.where(lang < 0, _STATUS["unknown_language"], _OK),
-                    _text_status(raw["caption"], max_chars), image_status)
-    return dict(image=image, text=raw["caption"], lang=lang, lang_key=lang, status=status)
-
-  def finish(b):
-    ids, mask = tokenizer.tokenize(b["text"])
-    return dict(image=b["image"], text_ids=ids, text_mask=mask, lang=b["lang"],
-                image_text_valid=tf.ones_like(b["lang"], tf.bool))
-
-  return _TaskSpec("i2t", sources_lib.IMAGE_TEXT_SOURCES, batch_size, check,
-                   len(config.data.languages), lang_key, finish)
-
-
-def _t2t_spec(config, tokenizer, batch_size) -> _TaskSpec:
-  languages = tf.constant(list(config.data.languages))
-  num = len(config.data.languages)
-  max_chars = config.data.max_text_chars
-
-  def lang_key(raw):
-    left, right = _lang_index(raw["left_lang"], languages), _lang_index(raw["right_lang"], languages)
-    return tf.where(tf.logical_or(left < 0, right < 0), -1, left * num + right)
-
-  def check(raw):
-    key = lang_key(raw)
-    status = _first(tf.where(key < 0, _STATUS["unknown_language"], _OK),
-                    _text_status(raw["left"], max_chars), _text_status(raw["right"], max_chars))
-    return dict(left=raw["left"], right=raw["right"], lang_key=key, status=status)
-
-  def finish(b):
-    left_ids, left_mask = tokenizer.tokenize(b["left"])
-    right_ids, right_mask = tokenizer.tokenize(b["right"])
-    return dict(left_ids=left_ids, left_mask=left_mask, right_ids=right_ids, right_mask=right_mask,
-                pair_valid=tf.ones_like(b["_source"], tf.bool))
-
-  return _TaskSpec("t2t", sources_lib.TEXT_PAIR_SOURCES, batch_size, check, num * num, lang_key, finish,
-                   reasons=("unknown_language", "empty_text", "long_text"))
-
-
-def _language_counts(task: _TaskSpec, raw: tf.data.Dataset) -> np.ndarray:
+def _language_counts(kind, raw: tf.data.Dataset, languages: Sequence[str]) -> np.ndarray:
   """Records per language key in `raw` (one pass over it; unknown ones ignored)."""
-  keys = raw.map(task.lang_key_of_raw, num_parallel_calls=tf.data.AUTOTUNE).batch(4096)
-  counts = np.zeros(task.num_lang_keys, np.int64)
+  table = tf.constant(list(languages))
+  keys = raw.map(lambda r: kind.lang_key(r, table), num_parallel_calls=tf.data.AUTOTUNE).batch(4096)
+  size = kind.num_lang_keys(len(languages))
+  counts = np.zeros(size, np.int64)
   for k in keys.as_numpy_iterator():
     k = k[k >= 0]
-    counts += np.bincount(k, minlength=task.num_lang_keys)
+    counts += np.bincount(k, minlength=size)
   return counts
 
 
@@ -351,8 +260,10 @@ def _language_counts(task: _TaskSpec, raw: tf.data.Dataset) -> np.ndarray:
 class _Task:
   """One task's sources, its tf.data pipeline and the state that rebuilds it."""
 
-  def __init__(self, spec: _TaskSpec, sources: List[_Source], seed, data_config):
-    self.spec, self.sources, self.seed, self.data = spec, sources, seed, data_config
+  def __init__(self, name: str, kind, batch_size: int, tokenizer, sources: List[_Source], seed,
+               data_config):
+    self.name, self.input, self.batch_size, self.tokenizer = name, kind, batch_size, tokenizer
+    self.sources, self.seed, self.data = sources, seed, data_config
     # elements: records consumed (= draws of the source mixture); per source,
     # where its stream continues and its skip counts so far.
     self.state = dict(elements=0, sources=[dict(epoch=0, next_pos=0, skips=[0] * len(SKIP_REASONS))
@@ -363,7 +274,7 @@ class _Task:
   def _build(self):
     par = self.data.num_parallel_calls
     par = tf.data.AUTOTUNE if par == -1 else par
-    streams = [_source_stream(self.spec, s, i, self.state["sources"][i], self.seed, self.data, par)
+    streams = [_source_stream(self, s, i, self.state["sources"][i], self.seed, self.data, par)
                for i, s in enumerate(self.sources)]
     if len(streams) == 1:
       ds = streams[0]
@@ -373,10 +284,11 @@ class _Task:
       choice = tf.data.Dataset.range(self.state["elements"], _FOREVER).map(
           lambda i: tf.random.stateless_categorical(logits, 1, _fold(mix_seed, i))[0, 0])
       ds = tf.data.Dataset.choose_from_datasets(streams, choice)
-    ds = ds.batch(self.spec.batch_size, drop_remainder=True)
+    ds = ds.batch(self.batch_size, drop_remainder=True)
     keep = ("_source", "_epoch", "_pos", "_skips")
-    finish = self.spec.finish  # Not `self`: a cycle would keep the iterator alive until exit.
-    ds = ds.map(lambda b: {**finish(b), **{k: b[k] for k in keep}},
+    # Locals, not `self`: a cycle would keep the iterator alive until exit.
+    finish, tokenizer = self.input.finish, self.tokenizer
+    ds = ds.map(lambda b: {**finish(b, tokenizer), **{k: b[k] for k in keep}},
                 num_parallel_calls=par, deterministic=True)
     ds = ds.prefetch(self.data.prefetch_batches)
     options = tf.data.Options()
@@ -402,14 +314,14 @@ class _Task:
 
   def set_state(self, state: dict):
     if len(state["sources"]) != len(self.sources):
-      raise ValueError(f"set_state: {self.spec.name} state has {len(state['sources'])} sources, "
+      raise ValueError(f"set_state: {self.name} state has {len(state['sources'])} sources, "
                        f"the config {len(self.sources)}")
     self.state = json.loads(json.dumps(state))
     self._it = None
 
   def skip_counts(self) -> Dict[str, int]:
     totals = np.sum([s["skips"] for s in self.state["sources"]], axis=0)
-    return {f"{self.spec.name}/{r}": int(n) for r, n in zip(SKIP_REASONS, totals) if r in self.spec.reasons}
+    return {f"{self.name}/{r}": int(n) for r, n in zip(SKIP_REASONS, totals) if r in self.input.reasons}
 
 
 class TrainIterator:
@@ -423,15 +335,12 @@ class TrainIterator:
     return self
 
   def __next__(self) -> dict:
-    batch = {}
-    for t in self._tasks:
-      batch.update(t.next())
-    return batch
+    return {t.name: t.next() for t in self._tasks}
 
   def get_state(self) -> dict:
     """Small JSON-able dict; `set_state` on a freshly built iterator resumes exactly."""
     return json.loads(json.dumps(dict(version=_STATE_VERSION, fingerprint=self._fingerprint,
-                                      tasks={t.spec.name: t.state for t in self._tasks})))
+                                      tasks={t.name: t.state for t in self._tasks})))
 
   def set_state(self, state: dict) -> None:
     if state.get("version") != _STATE_VERSION:
@@ -440,7 +349,7 @@ class TrainIterator:
       raise ValueError(f"set_state: the state was made by a different input setup "
                        f"{state['fingerprint']}, this iterator is {self._fingerprint}")
     for t in self._tasks:
-      t.set_state(state["tasks"][t.spec.name])
+      t.set_state(state["tasks"][t.name])
 
   def skip_counts(self) -> Dict[str, int]:
     """Records skipped so far by the consumed stream, by '<task>/<reason>'."""
@@ -473,57 +382,33 @@ def _per_process(global_size: int, process_count: int, field: str) -> int:
   return global_size // process_count
 
 
-def _synthetic(spec: _TaskSpec, config, process_index: int, process_count: int):
-  """(open_at, language-key counts) of the built-in synthetic source.
-
-  It is endless and indexable: this process's k-th record is global index
-  k * process_count + process_index, so resuming costs nothing, and its
-  language counts are known from config.data.synthetic without a pass.
-  """
-  settings = synthetic.Settings.from_config(config)
-  languages = list(config.data.languages)
-  counts = np.zeros(spec.num_lang_keys, np.int64)
-  if spec.name == "i2t":
-    make = synthetic.image_text_source
-    for lang, n in zip(settings.languages, settings.image_caption_counts):
-      if lang in languages:
-        counts[languages.index(lang)] += n
-  else:
-    make = synthetic.text_pair_source
-    for (a, b), n in zip(settings.translation_pairs, settings.translation_counts):
-      if a in languages and b in languages:
-        counts[languages.index(a) * len(languages) + languages.index(b)] += n
-
-  def open_at(k: int) -> tf.data.Dataset:
-    return make(config, "train", process_index, process_count, start_index=k * process_count, num_epochs=None)
-
-  return open_at, counts
-
-
-def _open_sources(spec: _TaskSpec, source_configs, config, process_index, process_count) -> List[_Source]:
+def _open_sources(task, config, process_index, process_count) -> List[_Source]:
   """Opens (and checks) every source of a task; errors name the config entry."""
   temperature = config.data.language_sampling_temperature
+  languages = list(config.data.languages)
+  kind = task.input
   out = []
-  for i, sc in enumerate(source_configs):
+  for i, sc in enumerate(task.sources):
     sc = dict(sc)
-    name, field = sc.get("name"), f"config.data.{spec.name}_sources[{i}]"
+    name, field = sc.get("name"), f"config.tasks.{task.name}.sources[{i}]"
+    if name not in kind.table:
+      raise ValueError(f"{field}: unknown {kind.name} source {name!r}; known: {sorted(kind.table)}")
+    opened = kind.table[name](sc, "train", process_index, process_count, config=config)
     raw = open_at = counts = None
-    if name == "synthetic":  # Not in the tables: it needs the whole config and a start index.
-      extra = sorted(set(sc) - {"name", "weight"})
-      if extra:
-        raise ValueError(f"{field}: the synthetic source takes its settings from config.data.synthetic; "
-                         f"unknown field(s) {extra}")
-      open_at, counts = _synthetic(spec, config, process_index, process_count)
-      first = open_at(0)
-    elif name in spec.table:
-      raw = first = spec.table[name](sc, "train", process_index, process_count)
+    if isinstance(opened, sources_lib.Endless):
+      open_at, first = opened.open_at, opened.open_at(0)
+      counts = np.zeros(kind.num_lang_keys(len(languages)), np.int64)
+      for key_name, n in opened.language_counts.items():
+        key = kind.key_of_name(key_name, languages)
+        if key >= 0:
+          counts[key] += n
     else:
-      raise ValueError(f"{field}: unknown source {name!r}; known: {sorted(set(spec.table) | {'synthetic'})}")
+      raw = first = opened
     if next(iter(first.take(1)), None) is None:
       raise ValueError(f"{field} ({name!r}): no records on process {process_index} of {process_count}")
     acceptance = None
     if temperature != 1.0:
-      counts = _language_counts(spec, raw) if counts is None else counts
+      counts = _language_counts(kind, raw, languages) if counts is None else counts
       if not counts.any():
         raise ValueError(f"{field} ({name!r}): no record is in a language of config.data.languages")
       acceptance = language_acceptance(counts, temperature)
@@ -531,19 +416,16 @@ def _open_sources(spec: _TaskSpec, source_configs, config, process_index, proces
   return out
 
 
-def build_train_iterator(config, tokenizer, *, process_index: int = 0, process_count: int = 1,
-                         seed: Optional[int] = None) -> TrainIterator:
-  """The training stream of this process (see the module docstring)."""
+def build_train_iterator(config, tasks: Sequence, tokenizer, *, process_index: int = 0,
+                         process_count: int = 1, seed: Optional[int] = None) -> TrainIterator:
+  """The training stream of this process for `tasks` (see the module docstring)."""
   seed = config.seed if seed is None else seed
-  task_seed = lambda k: [int(seed), process_index * 2 + k]
-  tasks = []
-  spec = _i2t_spec(config, tokenizer, _per_process(config.batch_size, process_count, "batch_size"))
-  tasks.append(_Task(spec, _open_sources(spec, config.data.i2t_sources, config, process_index,
-                                         process_count), task_seed(0), config.data))
-  if config.data.t2t_sources and config.loss.t2t_weight > 0:
-    spec = _t2t_spec(config, tokenizer, _per_process(config.t2t_batch_size, process_count, "t2t_batch_size"))
-    tasks.append(_Task(spec, _open_sources(spec, config.data.t2t_sources, config, process_index,
-                                           process_count), task_seed(1), config.data))
+  streams = []
+  for k, task in enumerate(tasks):
+    batch = _per_process(task.batch_size, process_count, f"tasks.{task.name}.batch_size")
+    task_seed = [int(seed), process_index * len(tasks) + k]
+    streams.append(_Task(task.name, task.input, batch, tokenizer,
+                         _open_sources(task, config, process_index, process_count), task_seed, config.data))
   fingerprint = dict(seed=int(seed), process_index=process_index, process_count=process_count,
-                     sources={t.spec.name: [s.name for s in t.sources] for t in tasks})
-  return TrainIterator(tasks, fingerprint)
+                     sources={t.name: [s.name for s in t.sources] for t in streams})
+  return TrainIterator(streams, fingerprint)

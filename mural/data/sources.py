@@ -1,8 +1,11 @@
 """Raw data sources by name: ONE table per kind, each entry a constructor.
 
-Every constructor is `fn(source_config, split, process_index, process_count)
--> tf.data.Dataset` of raw elements, finite (no repeat, no shuffle: the
-pipeline does both), deterministic order, holding only this process's part:
+Every constructor is `fn(source_config, split, process_index, process_count,
+config=None) -> tf.data.Dataset` of raw elements, finite (no repeat, no
+shuffle: the pipeline does both), deterministic order, holding only this
+process's part; or, for the built-in synthetic data, an `Endless` source
+(indexable, so the pipeline opens it at any record). `config` is the run's
+config, read only by sources it defines (synthetic):
 
   image-text: {'image': tf.string encoded JPEG/PNG (or uint8 [H,W,3]),
                'caption': tf.string, 'lang': tf.string}
@@ -14,47 +17,27 @@ file matches, a file that is not TFRecord, a configured field that the first
 records never hold, a misspelt config field) raises ValueError naming the
 path/field when it is constructed, before any training step.
 
-`source_config` is the dict from config.data.*_sources: 'name' and 'weight'
+`source_config` is one entry of config.tasks.<task>.sources: 'name' and 'weight'
 are the pipeline's, the other keys belong to the source (see each
 constructor's docstring for its fields and defaults).
 """
 
+import dataclasses
 import logging
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple
 
 import tensorflow as tf
 
 from mural.data import flickr8k
 from mural.data import multi30k
+from mural.data import synthetic
+from mural.data.records import check_process, source_fields
 
-# Keys of a source config that the pipeline reads; every source accepts them.
-COMMON_FIELDS = ("name", "weight")
 _AUTOTUNE = tf.data.AUTOTUNE
 _SCHEMA_PROBE_RECORDS = 16  # Records of the first file checked for the configured fields.
 
 
-# ---- Config and sharding helpers -------------------------------------------
-
-
-def source_fields(source_config: Any, source: str, defaults: Mapping[str, Any]) -> Dict[str, Any]:
-  """defaults updated by source_config; unknown keys are a ValueError naming them."""
-  if hasattr(source_config, "to_dict"):
-    source_config = source_config.to_dict()
-  cfg = dict(source_config or {})
-  unknown = sorted(set(cfg) - set(defaults) - set(COMMON_FIELDS))
-  if unknown:
-    raise ValueError(f"data source {source!r}: unknown field(s) {unknown}; "
-                     f"known: {sorted(set(defaults) | set(COMMON_FIELDS))}")
-  out = dict(defaults)
-  out.update({k: v for k, v in cfg.items() if k not in COMMON_FIELDS})
-  return out
-
-
-def check_process(process_index: int, process_count: int) -> None:
-  if not (isinstance(process_count, int) and process_count >= 1):
-    raise ValueError(f"process_count must be a positive int, got {process_count!r}")
-  if not (isinstance(process_index, int) and 0 <= process_index < process_count):
-    raise ValueError(f"process_index {process_index!r} is not in [0, {process_count})")
+# ---- Sharding helpers ----------------------------------------------------------
 
 
 def list_files(patterns: Any, split: str, source: str) -> List[str]:
@@ -181,7 +164,8 @@ def _split_fields(cfg, names: Sequence[str], constant_keys: Sequence[str]):
   return fields, constants
 
 
-def tfrecord_image_text(source_config, split: str, process_index: int, process_count: int) -> tf.data.Dataset:
+def tfrecord_image_text(source_config, split: str, process_index: int, process_count: int,
+                        config=None) -> tf.data.Dataset:
   """'tfrecord': tf.train.Example records of one image + one caption.
 
   Fields: files (glob / comma-separated globs / list; '{split}' is replaced),
@@ -197,7 +181,8 @@ def tfrecord_image_text(source_config, split: str, process_index: int, process_c
   return _tfrecord_source(cfg, "tfrecord", split, fields, constants, process_index, process_count)
 
 
-def tfrecord_text_pairs(source_config, split: str, process_index: int, process_count: int) -> tf.data.Dataset:
+def tfrecord_text_pairs(source_config, split: str, process_index: int, process_count: int,
+                        config=None) -> tf.data.Dataset:
   """'pairs_tfrecord': tf.train.Example records of one text pair.
 
   Fields: files, left_field ('left'), right_field ('right'), left_lang_field
@@ -225,7 +210,8 @@ def _first_line(path: str, compression: str) -> str:
     return f.readline().rstrip("\r\n")
 
 
-def tsv_text_pairs(source_config, split: str, process_index: int, process_count: int) -> tf.data.Dataset:
+def tsv_text_pairs(source_config, split: str, process_index: int, process_count: int,
+                        config=None) -> tf.data.Dataset:
   """'tsv' / 'pairs_tsv': delimited text files, one pair per line.
 
   Fields: files (globs as for 'tfrecord'; '.gz' files are read as gzip),
@@ -305,7 +291,8 @@ def _nested(path: str, value) -> dict:
   return out
 
 
-def tfds_image_text(source_config, split: str, process_index: int, process_count: int) -> tf.data.Dataset:
+def tfds_image_text(source_config, split: str, process_index: int, process_count: int,
+                        config=None) -> tf.data.Dataset:
   """'tfds': an already prepared TFDS dataset (nothing is downloaded).
 
   Fields: dataset (TFDS name, 'name' or 'name:version'), data_dir (None: TFDS
@@ -392,18 +379,65 @@ def _flat_feature_names(features, prefix: str = "") -> List[str]:
   return names
 
 
+# ---- The built-in synthetic data -------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Endless:
+  """A source that is endless, shuffled and indexable (the synthetic one).
+
+  The pipeline opens it at this process's k-th record directly (resuming
+  costs nothing) and does not reshuffle it; its records per language
+  ('en') or language pair ('en-de') are known without a counting pass.
+  """
+  open_at: Callable[[int], tf.data.Dataset]
+  language_counts: Mapping[str, int]
+
+
+def _synthetic(kind: str, source_config, split, process_index, process_count, config) -> Endless:
+  source_fields(source_config, "synthetic", {})  # Settings come from config.data.synthetic.
+  if config is None:
+    raise ValueError("data source 'synthetic' needs the run's config (config.data.synthetic)")
+  check_process(process_index, process_count)
+  settings = synthetic.Settings.from_config(config)
+  if kind == "image_text":
+    make, counts = synthetic.image_text_source, dict(zip(settings.languages, settings.image_caption_counts))
+  else:
+    make = synthetic.text_pair_source
+    counts = {f"{a}-{b}": n for (a, b), n in zip(settings.translation_pairs, settings.translation_counts)}
+
+  def open_at(k: int) -> tf.data.Dataset:
+    return make(config, split, process_index, process_count, start_index=k * process_count, num_epochs=None)
+
+  return Endless(open_at, counts)
+
+
+def synthetic_image_text(source_config, split: str, process_index: int = 0, process_count: int = 1,
+                         config=None) -> Endless:
+  """'synthetic': rendered scenes with captions (mural/data/synthetic.py), set by config.data.synthetic."""
+  return _synthetic("image_text", source_config, split, process_index, process_count, config)
+
+
+def synthetic_text_pairs(source_config, split: str, process_index: int = 0, process_count: int = 1,
+                         config=None) -> Endless:
+  """'synthetic': caption translation pairs of the built-in scenes, set by config.data.synthetic."""
+  return _synthetic("text_pair", source_config, split, process_index, process_count, config)
+
+
 # ---- The tables ----------------------------------------------------------------
-# 'synthetic' is not here: mural.data.synthetic.{image_text,text_pair}_source
-# take the whole config (config.data.synthetic) and a start index, not a source
-# dict, so mural/data/pipeline.py opens it itself.
+# Every entry: fn(source_config, split, process_index, process_count, config=None)
+# -> a finite tf.data.Dataset of raw records, or an `Endless` source. `config`
+# is the run's config, for sources defined by it (synthetic); others ignore it.
 
 IMAGE_TEXT_SOURCES = {
+    "synthetic": synthetic_image_text,
     "tfrecord": tfrecord_image_text,
     "tfds": tfds_image_text,
     "flickr8k": flickr8k.image_text_source,
 }
 
 TEXT_PAIR_SOURCES = {
+    "synthetic": synthetic_text_pairs,
     "tsv": tsv_text_pairs,
     "pairs_tsv": tsv_text_pairs,
     "pairs_tfrecord": tfrecord_text_pairs,
@@ -412,17 +446,17 @@ TEXT_PAIR_SOURCES = {
 
 
 def image_text_source(source_config, split: str, process_index: int = 0, process_count: int = 1,
-                      ) -> tf.data.Dataset:
+                      config=None):
   """Looks the source up by source_config['name'] in IMAGE_TEXT_SOURCES."""
   return _lookup(IMAGE_TEXT_SOURCES, "image-text", source_config)(
-      source_config, split, process_index, process_count)
+      source_config, split, process_index, process_count, config=config)
 
 
 def text_pair_source(source_config, split: str, process_index: int = 0, process_count: int = 1,
-                     ) -> tf.data.Dataset:
+                     config=None):
   """Looks the source up by source_config['name'] in TEXT_PAIR_SOURCES."""
   return _lookup(TEXT_PAIR_SOURCES, "text-pair", source_config)(
-      source_config, split, process_index, process_count)
+      source_config, split, process_index, process_count, config=config)
 
 
 def _lookup(table, kind: str, source_config):

@@ -595,6 +595,45 @@ def caption(description: Description, lang: str, rng: np.random.Generator) -> st
 
 # ---- Dataset definition ----------------------------------------------------
 
+def _require(ok: bool, field: str, message: str):
+  if not ok:
+    raise config_lib.ConfigError(f"config.{field}: {message}")
+
+
+def validate(c) -> None:
+  """config.data.synthetic; raises config_lib.ConfigError naming the field."""
+  s, f = c.data.synthetic, "data.synthetic."
+  langs = list(s.languages)
+  _require(len(langs) > 0 and all(l in LANGUAGES for l in langs), f + "languages",
+           f"{langs!r}: each must be one of {LANGUAGES}")
+  _require(len(set(langs)) == len(langs), f + "languages", f"has duplicates: {langs!r}")
+  _require(isinstance(s.seed, int) and s.seed >= 0, f + "seed", f"must be an int >= 0, got {s.seed!r}")
+  for name in ("default_pairs", "translation_pairs"):
+    _require(isinstance(s[name], int) and s[name] >= 0, f + name, f"must be an int >= 0, got {s[name]!r}")
+  for lang, n in s.pairs_per_language.items():
+    _require(lang in langs, f + "pairs_per_language", f"{lang!r} is not in data.synthetic.languages {langs}")
+    _require(isinstance(n, int) and n >= 0, f"{f}pairs_per_language.{lang}", f"must be an int >= 0, got {n!r}")
+  _require(s.translation_pivot == "" or s.translation_pivot in langs, f + "translation_pivot",
+           f"{s.translation_pivot!r} is not '' nor in data.synthetic.languages {langs}")
+  for name in list(s.translation_pair_list) + list(s.translation_pairs_per_pair.keys()):
+    try:
+      a, b = config_lib.parse_language_pair(name)
+    except config_lib.ConfigError as e:
+      raise config_lib.ConfigError(f"config.{f}translation_pair_list / translation_pairs_per_pair: {e}") from None
+    _require(a in langs and b in langs and a != b, f + "translation_pair_list",
+             f"{name!r}: needs two different languages of data.synthetic.languages {langs}")
+  for name, n in s.translation_pairs_per_pair.items():
+    _require(isinstance(n, int) and n >= 0, f"{f}translation_pairs_per_pair.{name}",
+             f"must be an int >= 0, got {n!r}")
+  _require(0.01 <= s.heldout_fraction <= 0.5, f + "heldout_fraction",  # Rejection sampling stays cheap.
+           f"must be in [0.01, 0.5], got {s.heldout_fraction}")
+  for name in ("eval_scenes", "eval_captions_per_scene"):
+    _require(isinstance(s[name], int) and s[name] >= 1, f + name, f"must be an int >= 1, got {s[name]!r}")
+  _require(isinstance(s.render_size, int) and s.render_size >= 8, f + "render_size",
+           f"must be an int >= 8, got {s.render_size!r}")
+
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
   """Everything that defines the dataset, read once from config (hashable)."""
@@ -610,7 +649,7 @@ class Settings:
 
   @classmethod
   def from_config(cls, config) -> "Settings":
-    config_lib.validate_synthetic(config)
+    validate(config)
     s = config.data.synthetic
     langs = tuple(s.languages)
     counts = tuple(int(s.pairs_per_language.get(l, s.default_pairs)) for l in langs)

@@ -21,7 +21,8 @@ Logical axis names of the parameters (rules in config.sharding_rules):
   log_temperature        ()
 """
 
-import jax
+from typing import Sequence
+
 import jax.numpy as jnp
 
 from mural import config_lib
@@ -45,40 +46,13 @@ def _tower(table, section, field, dtype, param_dtype):
   return table[section.name](section, dtype, param_dtype)
 
 
-def build_model(model_config, init_temperature: float = 1.0,
-                learn_temperature: bool = True) -> DualEncoder:
-  """config.model (+ config.loss temperature fields) -> an unbound DualEncoder."""
+def build_model(model_config, head_names: Sequence[str] = ()) -> DualEncoder:
+  """config.model -> an unbound DualEncoder with one head (`<name>_head`) per name."""
   dtype, param_dtype = jnp.dtype(model_config.dtype), jnp.dtype(model_config.param_dtype)
   image = _tower(IMAGE_TOWERS, model_config.image, "model.image", dtype, param_dtype)
   text = _tower(TEXT_TOWERS, model_config.text, "model.text", dtype, param_dtype)
-  h = model_config.heads
-  new_head = lambda: heads.from_config(h, dtype, param_dtype)
-  if not h.image and image.output_dim != h.embed_dim:
-    raise config_lib.ConfigError(
-        f"config.model.heads.embed_dim: {h.embed_dim} differs from the image tower's output "
-        f"size {image.output_dim} (set it to {image.output_dim} or set model.heads.image)")
-  if not h.i2t and text.output_dim != h.embed_dim:
-    raise config_lib.ConfigError(
-        f"config.model.heads.i2t: without an i2t head the text tower's output size "
-        f"{text.output_dim} must equal model.heads.embed_dim {h.embed_dim}")
-  return DualEncoder(
-      image_tower=image, text_tower=text,
-      i2t_head=new_head() if h.i2t else None,
-      t2t_head=new_head() if h.t2t else None,
-      image_head=new_head() if h.image else None,
-      init_temperature=init_temperature, learn_temperature=learn_temperature)
-
-
-def init_batch(model_config, image_size: int, batch_size: int = 1) -> dict:
-  """Zero inputs with every batch key, so `init` creates every parameter."""
-  ids = jnp.zeros((batch_size, model_config.text.max_len), jnp.int32)
-  return {
-      "image": jnp.zeros((batch_size, image_size, image_size, 3), jnp.float32),
-      "text_ids": ids, "text_mask": ids, "left_ids": ids, "left_mask": ids,
-      "right_ids": ids, "right_mask": ids,
-  }
-
-
-def init_batch_shapes(model_config, image_size: int, batch_size: int = 1) -> dict:
-  """init_batch as jax.ShapeDtypeStruct, for jax.eval_shape (allocates nothing)."""
-  return jax.eval_shape(lambda: init_batch(model_config, image_size, batch_size))
+  named = {name: heads.from_config(model_config.heads, dtype, param_dtype).clone(name=f"{name}_head")
+           for name in dict.fromkeys(head_names) if name}
+  return DualEncoder(image_tower=image, text_tower=text, heads=named,
+                     init_temperature=model_config.init_temperature,
+                     learn_temperature=model_config.learn_temperature)

@@ -1,14 +1,18 @@
-"""The two-tower model: image tower, shared text tower, per-task text heads.
+"""The two-tower model: an image tower, a text tower, and named projection heads.
 
-Towers and heads are fields, so a new system swaps a tower without touching
-this file. The text tower is shared by the image-text (i2t) and text-text
-(t2t) tasks; each task has its own head. Without a t2t head (ALIGN) the t2t
-task reuses the i2t head, so ALIGN can still be evaluated on translation
-retrieval. Embeddings come back float32 and unnormalised (losses normalise).
+Towers and heads are fields, so a system swaps any of them without touching
+this file. `heads` maps a name to a head; tasks (mural/system.py) say which
+head they read by name: MURAL's image-text task projects texts with head
+'i2t' and its text-text task with head 't2t', both on the shared text tower.
+A head name of None (or '') means the tower output is the embedding.
+Embeddings come back float32 and unnormalised (losses normalise).
+
+Each head keeps the name it was given (`<name>_head` from build_model) in the
+parameter tree, so adding a head never renames (or re-initialises) another.
 """
 
 import math
-from typing import Optional
+from typing import Mapping, Optional
 
 import flax.linen as nn
 import jax
@@ -16,14 +20,13 @@ import jax.numpy as jnp
 
 
 class DualEncoder(nn.Module):
-  """See the spec: __call__(batch, train) embeds whatever the batch holds."""
+  """embed_images / embed_texts through the towers and a named head; a learned temperature."""
   image_tower: nn.Module
   text_tower: nn.Module
-  i2t_head: Optional[nn.Module] = None  # None: the text tower output is the embedding.
-  t2t_head: Optional[nn.Module] = None  # None: the t2t task uses the i2t head.
-  image_head: Optional[nn.Module] = None  # None: the image tower output is the embedding.
+  heads: Mapping[str, nn.Module]
   init_temperature: float = 1.0
   learn_temperature: bool = True
+  preserve_adopted_names = True  # Heads keep their given names ('i2t_head', ...).
 
   def setup(self):
     self.log_temperature = self.param(
@@ -37,29 +40,17 @@ class DualEncoder(nn.Module):
       log_t = jax.lax.stop_gradient(log_t)
     return jnp.exp(log_t)
 
-  def embed_images(self, images, train: bool = False):
+  def _project(self, x, head: Optional[str]):
+    if not head:
+      return x
+    if head not in self.heads:
+      raise KeyError(f"no head {head!r}; the model has {sorted(self.heads)}")
+    return self.heads[head](x)
+
+  def embed_images(self, images, head: Optional[str] = None, train: bool = False):
     x, _ = self.image_tower(images, train=train)
-    if self.image_head is not None:
-      x = self.image_head(x)
-    return x.astype(jnp.float32)
+    return self._project(x, head).astype(jnp.float32)
 
-  def embed_texts(self, ids, mask, task: str = "i2t", train: bool = False):
-    if task not in ("i2t", "t2t"):
-      raise ValueError(f"task must be 'i2t' or 't2t', got {task!r}")
+  def embed_texts(self, ids, mask, head: Optional[str] = None, train: bool = False):
     x, _ = self.text_tower(ids, mask, train=train)
-    head = self.t2t_head if task == "t2t" and self.t2t_head is not None else self.i2t_head
-    if head is not None:
-      x = head(x)
-    return x.astype(jnp.float32)
-
-  def __call__(self, batch: dict, train: bool) -> dict:
-    out = {"temperature": self.temperature()}
-    if "image" in batch:
-      out["image_emb"] = self.embed_images(batch["image"], train)
-    if "text_ids" in batch:
-      out["text_emb"] = self.embed_texts(batch["text_ids"], batch["text_mask"], "i2t", train)
-    for side in ("left", "right"):
-      if f"{side}_ids" in batch:
-        out[f"{side}_emb"] = self.embed_texts(
-            batch[f"{side}_ids"], batch[f"{side}_mask"], "t2t", train)
-    return out
+    return self._project(x, head).astype(jnp.float32)

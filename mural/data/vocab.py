@@ -1,0 +1,56 @@
+"""The run's wordpiece vocabulary: config.data.vocab_path, or learned once from the training text.
+
+The text comes from every active task's training sources (its record kind's
+text fields: captions, both sides of translation pairs), up to
+RECORDS_PER_SOURCE records each. Process 0 learns it into workdir/vocab.txt;
+the others wait for it.
+"""
+
+from typing import Iterator, Sequence
+
+import jax
+from absl import logging
+from etils import epath
+from jax.experimental import multihost_utils
+
+from mural import config_lib
+from mural.data import sources
+from mural.data import tokenizer as tokenizer_lib
+
+# Records read per training source to learn a vocab when none is configured.
+RECORDS_PER_SOURCE = 10_000
+
+
+def training_texts(config, tasks: Sequence) -> Iterator[str]:
+  """Text fields of the first RECORDS_PER_SOURCE records of each task's sources."""
+  for task in tasks:
+    for sc in task.sources:
+      ds = task.input.table[sc["name"]](dict(sc), "train", 0, 1, config=config)
+      if isinstance(ds, sources.Endless):
+        ds = ds.open_at(0)
+      for record in ds.take(RECORDS_PER_SOURCE).as_numpy_iterator():
+        for f in task.input.text_fields:
+          yield record[f].decode("utf-8", "replace")
+
+
+def tokenizer(config, tasks: Sequence, workdir: str, learn: bool = True) -> tokenizer_lib.Tokenizer:
+  """config.data.vocab_path, else workdir/vocab.txt (learned from the tasks' text once)."""
+  path = config.data.vocab_path
+  if not path:
+    path = str(epath.Path(workdir) / "vocab.txt")
+    if not learn and not epath.Path(path).exists():
+      raise FileNotFoundError(f"{path} does not exist: the vocab is learned by --mode=train "
+                              f"(or set config.data.vocab_path)")
+    if jax.process_index() == 0 and not epath.Path(path).exists():
+      logging.info("Learning a %d-token wordpiece vocab into %s.", config.model.text.vocab_size, path)
+      tokenizer_lib.build_vocab(list(training_texts(config, tasks)), config.model.text.vocab_size, path)
+    if jax.process_count() > 1:
+      multihost_utils.sync_global_devices("mural_vocab")
+  elif not epath.Path(path).exists():
+    raise FileNotFoundError(f"config.data.vocab_path: {path} does not exist")
+  tok = tokenizer_lib.Tokenizer(path, config.model.text.max_len)
+  if tok.vocab_size > config.model.text.vocab_size:
+    raise config_lib.ConfigError(
+        f"config.model.text.vocab_size: {config.model.text.vocab_size} is smaller than the "
+        f"vocab {path} ({tok.vocab_size} tokens)")
+  return tok

@@ -1,0 +1,89 @@
+"""Training metrics: metrics.jsonl, TensorBoard (clu.metric_writers) and console progress.
+
+`writer(workdir)` is the TensorBoard writer of a run (process 0 writes event
+files; other processes get a writer that drops everything). `MetricsLog`
+holds each step's device metrics until a log step, then checks them, adds
+timing (steps/s, examples/s, ETA) and writes one JSON line per log step.
+"""
+
+import json
+import math
+import time
+from typing import Dict, List, Mapping, Optional, Tuple
+
+import jax
+from absl import logging
+from clu import metric_writers
+from etils import epath
+
+from mural import sharding
+from mural.state import TrainingError
+
+
+def writer(workdir: str) -> metric_writers.MetricWriter:
+  if jax.process_index() == 0:
+    return metric_writers.SummaryWriter(str(workdir))
+  return metric_writers.MultiWriter([])
+
+
+def _hms(seconds: float) -> str:
+  seconds = int(seconds)
+  return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+class MetricsLog:
+  """Per-step device metrics held until a log step, then checked and written.
+
+  Only log steps sync with the device; the non-finite check still covers
+  every step in between, so the error names the first bad step.
+  """
+
+  def __init__(self, workdir: str, writer_, total_steps: int, examples_per_step: int,
+               start_step: int):
+    self.path = epath.Path(workdir) / "metrics.jsonl"
+    self.writer = writer_
+    self.total_steps = total_steps
+    self.examples_per_step = examples_per_step
+    self.pending: List[Tuple[int, Dict[str, jax.Array]]] = []
+    self.last: Dict[str, float] = {}
+    self._mark = (start_step, time.time())
+    if jax.process_index() == 0 and self.path.exists():
+      # Lines past the restored step come from steps that will be redone.
+      kept = [l for l in self.path.read_text().splitlines() if l and json.loads(l)["step"] <= start_step]
+      self.path.write_text("".join(l + "\n" for l in kept))
+
+  def add(self, step: int, metrics):
+    self.pending.append((step, metrics))
+
+  def check_finite(self, last_checkpoint: Optional[int]):
+    """Raises TrainingError naming the first pending step with a non-finite loss."""
+    for step, metrics in self.pending:
+      v = float(sharding.to_host(metrics["loss"]))  # This process's replica.
+      if not math.isfinite(v):
+        raise TrainingError(
+            f"step {step}: the training loss is {v}. Stopping; the last checkpoint is "
+            f"{'step ' + str(last_checkpoint) if last_checkpoint is not None else 'none'}. "
+            f"Try a lower learning rate, optim.grad_clip_norm, or model.dtype=float32.")
+
+  def write(self, step: int, extra: Mapping[str, float]) -> Dict[str, float]:
+    """Logs step's metrics (the latest pending) with timing and `extra`."""
+    _, metrics = self.pending[-1]
+    scalars = {k: float(sharding.to_host(v)) for k, v in metrics.items()}
+    first_step, first_time = self._mark
+    now = time.time()
+    step_time = (now - first_time) / max(step - first_step, 1)
+    scalars.update({
+        "step_time_sec": step_time, "steps_per_sec": 1.0 / step_time,
+        "examples_per_sec": self.examples_per_step / step_time, **extra})
+    self._mark = (step, now)
+    self.pending.clear()
+    self.last = scalars
+    eta = (self.total_steps - step) * step_time
+    logging.info("step %d/%d  loss %.4f  %.2f steps/s  ETA %s", step, self.total_steps,
+                 scalars["loss"], scalars["steps_per_sec"], _hms(eta))
+    if jax.process_index() == 0:
+      with self.path.open("a") as f:
+        f.write(json.dumps({"step": step, **scalars}) + "\n")
+    self.writer.write_scalars(step, {f"train/{k}": v for k, v in scalars.items()})
+    self.writer.flush()
+    return scalars

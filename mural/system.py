@@ -1,0 +1,132 @@
+"""Tasks and systems as values: what the trainer, optimizer, pipeline and evaluator loop over.
+
+A *task* is one objective: its name (its config section `config.tasks.<name>`),
+the record kind it reads (mural/data/inputs.py: the batch layout and how its
+records are checked and batched), its sources, its global batch size, a
+forward (bound model, its batch, train) -> outputs, a pure loss (outputs,
+batch) -> (loss, metrics), its weight, its peak learning rate (each task has
+its own optimizer state and schedule, mural/optim.py), and whether the batch
+statistics its forward computes are kept.
+
+A *system* is a model (towers + named heads), its tasks, its evaluators, and
+optionally a per-step task chooser (one task trained per step, drawn inside
+the one compiled step). Systems live in mural/systems/, one file each, in one
+table (mural/systems/__init__.py) chosen by `config.system`.
+
+Nothing here names a task or a system: the functions below turn a system and
+a config into what the trainer needs (active tasks, batch shapes, init, the
+per-task losses).
+"""
+
+import dataclasses
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
+
+import jax
+import jax.numpy as jnp
+
+from mural import config_lib
+
+Outputs = Dict[str, jax.Array]
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  """One objective (see the module docstring)."""
+  name: str
+  input: Any  # mural.data.inputs.RecordKind.
+  forward: Callable[[Any, Mapping[str, jax.Array], bool], Outputs]  # (bound model, batch, train).
+  loss: Callable[[Outputs, Mapping[str, jax.Array]], Tuple[jax.Array, Outputs]]  # Unweighted.
+  heads: Tuple[str, ...] = ()  # Heads its forward reads (the model creates them).
+  weight: float = 1.0
+  learning_rate: float = 0.0
+  batch_size: int = 0  # Global.
+  sources: Tuple[Mapping[str, Any], ...] = ()
+  updates_batch_stats: bool = True
+
+  def shapes(self, config, batch_size: Optional[int] = None) -> Dict[str, jax.ShapeDtypeStruct]:
+    """The device batch of this task (the host-only 'lang' key excluded)."""
+    shapes = self.input.shapes(self.batch_size if batch_size is None else batch_size, config)
+    return {k: v for k, v in shapes.items() if k != "lang"}
+
+
+def task_from_config(config, name: str, **fields) -> Task:
+  """A Task with weight, learning_rate, batch_size and sources from config.tasks.<name>."""
+  section = config.tasks[name]
+  return Task(name=name, weight=float(section.weight), learning_rate=float(section.learning_rate),
+              batch_size=int(section.batch_size), sources=tuple(dict(s) for s in section.sources),
+              **fields)
+
+
+@dataclasses.dataclass(frozen=True)
+class System:
+  """A model, its tasks and evaluators (see the module docstring)."""
+  name: str
+  get_config: Callable[[], Any]  # base_config() + this system's defaults (tasks sections, heads).
+  tasks: Callable[[Any], Sequence[Task]]  # config -> every task of the system, configured.
+  build_model: Callable[[Any, Sequence[Task]], Any]  # (config, active tasks) -> unbound model.
+  evaluators: Callable[[Any, Sequence[Task], Any], Sequence[Any]]  # (config, tasks, tokenizer).
+  # (rng, active tasks) -> int32 index of the one task this step trains; None: all of them.
+  choose_task: Optional[Callable[[jax.Array, Sequence[Task]], jax.Array]] = None
+
+
+def active_tasks(system: System, config) -> Tuple[Task, ...]:
+  """The tasks that run: weight > 0 and at least one source (ALIGN = MURAL with t2t off)."""
+  tasks = tuple(t for t in system.tasks(config) if t.weight > 0 and t.sources)
+  if not tasks:
+    raise config_lib.ConfigError(
+        f"config.tasks: no task of system {system.name!r} has weight > 0 and sources")
+  names = [t.name for t in tasks]
+  if len(set(names)) != len(names):
+    raise ValueError(f"system {system.name!r}: task names {names} repeat")
+  return tasks
+
+
+def check_batch_sizes(tasks: Sequence[Task], shards: int, accum_steps: int, mesh_shape) -> None:
+  """Every task's batch splits into `shards` pieces of a multiple of accum_steps rows."""
+  for t in tasks:
+    per_shard, rest = divmod(t.batch_size, shards)
+    if rest or per_shard % accum_steps:
+      raise config_lib.ConfigError(
+          f"config.tasks.{t.name}.batch_size: {t.batch_size} must split into {shards} batch shards "
+          f"(mesh {dict(mesh_shape)}) of a multiple of optim.grad_accum_steps={accum_steps} rows")
+
+
+def batch_shapes(tasks: Sequence[Task], config, batch_size: Optional[int] = None):
+  """{task: {key: ShapeDtypeStruct}}: the device batch of a step (global sizes by default)."""
+  return {t.name: t.shapes(config, batch_size) for t in tasks}
+
+
+def init_variables(model, tasks: Sequence[Task], config, rng):
+  """Model variables holding exactly what the tasks' forwards read (their heads, no others)."""
+  batch = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), batch_shapes(tasks, config, batch_size=1))
+  return model.init({"params": rng, "dropout": rng}, batch, method=_forward_all(tasks, train=False))
+
+
+def _forward_all(tasks: Sequence[Task], train: bool):
+  """One model method running every task's forward, in task order (one dropout stream)."""
+  def forward(module, batch):
+    return {t.name: t.forward(module, batch[t.name], train) for t in tasks}
+  return forward
+
+
+def task_losses(model, tasks: Sequence[Task], params, batch_stats, batch, rng):
+  """Train-mode forward of `tasks` -> ({task: weight * loss}, (batch_stats, metrics)).
+
+  One apply runs every task's forward (so XLA shares what they share); each
+  task's loss stays separate so the trainer can differentiate it alone.
+  Batch statistics come back updated when any of the tasks keeps them.
+  """
+  keep_stats = any(t.updates_batch_stats for t in tasks)
+  outputs, mutated = model.apply(
+      {"params": params, "batch_stats": batch_stats}, batch, rngs={"dropout": rng},
+      mutable=["batch_stats"], method=_forward_all(tasks, train=True))
+  losses, metrics = {}, {}
+  for t in tasks:
+    loss, task_metrics = t.loss(outputs[t.name], batch[t.name])
+    clash = set(task_metrics) & set(metrics)
+    if clash:
+      raise ValueError(f"task {t.name!r}: metric names {sorted(clash)} are already used by another task")
+    losses[t.name] = t.weight * loss
+    metrics.update(task_metrics)
+  new_stats = mutated.get("batch_stats", batch_stats) if keep_stats else batch_stats
+  return losses, (new_stats, metrics)

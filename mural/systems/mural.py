@@ -1,0 +1,142 @@
+"""MURAL (Jain et al. 2021): an image-text task and a text-text task on one text tower.
+
+  i2t: in-batch softmax between images and captions, both directions, with
+       the model's learned temperature (ALIGN's loss); text head 'i2t'.
+  t2t: additive-margin softmax between translation pairs, both directions,
+       fixed temperature 0.01 and margin 0.3; its own text head 't2t'.
+The total is w_i2t (L_i2t + L_t2i) + w_t2t (L_l2r + L_r2l) with weights
+1 : 0.1, each task at its own learning rate (1e-3 / 1e-4) with its own LAMB
+state. Evaluated by image<->text retrieval per language and translation
+retrieval per language pair. ALIGN is this system without the t2t task
+(mural/systems/align.py).
+
+The image-text and text-pair tasks are built by `image_text_task` /
+`text_pair_task`, which other systems reuse.
+"""
+
+from typing import Sequence
+
+import ml_collections
+
+from mural import config_lib
+from mural import evaluate
+from mural import losses
+from mural import models
+from mural import system
+from mural.data import eval_data
+from mural.data import inputs
+
+SYNTHETIC = dict(name="synthetic", weight=1.0)
+
+
+def image_text_config(**overrides) -> ml_collections.ConfigDict:
+  """config.tasks.i2t: ALIGN's image-text task."""
+  return ml_collections.ConfigDict(dict(dict(
+      weight=1.0,  # w_i2t.
+      learning_rate=1e-3,  # MURAL 3.2: 1e-3 for the image-text task.
+      batch_size=4096,  # Global (MURAL 3.2).
+      sources=[SYNTHETIC],  # Image-text sources (mural/data/sources.py).
+      text_head="i2t",  # Head of the text side ('' : the text tower output).
+      image_head="",  # Head of the image side ('' : the pooled image tower, as in ALIGN/MURAL).
+  ), **overrides))
+
+
+def text_pair_config(**overrides) -> ml_collections.ConfigDict:
+  """config.tasks.t2t: MURAL's translation-pair task."""
+  return ml_collections.ConfigDict(dict(dict(
+      weight=0.1,  # w_t2t (MURAL A.1: 0.1 : 1).
+      learning_rate=1e-4,  # MURAL 3.2: 1e-4 for the text-text task.
+      batch_size=4096,
+      sources=[SYNTHETIC],  # Text-pair sources; empty turns the task off (ALIGN).
+      head="t2t",  # Its own text head ('i2t' shares the image-text head).
+      temperature=0.01,  # MURAL 3.1: fixed.
+      margin=0.3,  # MURAL 3.1: additive margin on the positive cosine.
+  ), **overrides))
+
+
+def get_config() -> ml_collections.ConfigDict:
+  c = config_lib.base_config()
+  c.system = "mural"
+  c.tasks.i2t = image_text_config()
+  c.tasks.t2t = text_pair_config()
+  return c
+
+
+def _require(ok: bool, field: str, message: str):
+  if not ok:
+    raise config_lib.ConfigError(f"config.{field}: {message}")
+
+
+def image_text_task(config, name: str = "i2t") -> system.Task:
+  """Images and captions, contrastive both ways at the model's temperature."""
+  c = config.tasks[name]
+  text_head, image_head = c.text_head, c.image_head
+
+  def forward(model, batch, train):
+    return {"image": model.embed_images(batch["image"], image_head, train),
+            "text": model.embed_texts(batch["text_ids"], batch["text_mask"], text_head, train),
+            "temperature": model.temperature()}
+
+  def loss(out, batch):
+    total, parts = losses.contrastive_loss(out["image"], out["text"], out["temperature"], batch["valid"])
+    return total, {"loss/i2t": parts["x2y"], "loss/t2i": parts["y2x"], "temperature": out["temperature"]}
+
+  return system.task_from_config(config, name, input=inputs.IMAGE_TEXT, forward=forward, loss=loss,
+                                 heads=(text_head, image_head))
+
+
+def text_pair_task(config, name: str = "t2t") -> system.Task:
+  """Translation pairs, additive-margin softmax both ways at a fixed temperature."""
+  c = config.tasks[name]
+  _require(c.temperature > 0, f"tasks.{name}.temperature", f"must be positive, got {c.temperature}")
+  _require(0 <= c.margin < 2, f"tasks.{name}.margin", f"must be in [0, 2), got {c.margin}")
+  head, temperature, margin = c.head, float(c.temperature), float(c.margin)
+
+  def forward(model, batch, train):
+    return {"left": model.embed_texts(batch["left_ids"], batch["left_mask"], head, train),
+            "right": model.embed_texts(batch["right_ids"], batch["right_mask"], head, train)}
+
+  def loss(out, batch):
+    total, parts = losses.additive_margin_loss(out["left"], out["right"], temperature, margin, batch["valid"])
+    return total, {"loss/l2r": parts["l2r"], "loss/r2l": parts["r2l"]}
+
+  return system.task_from_config(config, name, input=inputs.TEXT_PAIR, forward=forward, loss=loss,
+                                 heads=(head,), updates_batch_stats=False)
+
+
+def tasks(config) -> Sequence[system.Task]:
+  return (image_text_task(config), text_pair_task(config))
+
+
+def build_model(config, active: Sequence[system.Task]):
+  """Towers from config.model, one head per name the tasks read; embedding sizes checked."""
+  model = models.build_model(config.model, [h for t in active for h in t.heads])
+  embed_dim = config.model.heads.embed_dim
+  c = config.tasks.i2t
+  image_dim = embed_dim if c.image_head else model.image_tower.output_dim
+  text_dim = embed_dim if c.text_head else model.text_tower.output_dim
+  if image_dim != text_dim:
+    raise config_lib.ConfigError(
+        f"config.model.heads.embed_dim: images embed to {image_dim} (tasks.i2t.image_head="
+        f"{c.image_head!r}), texts to {text_dim} (tasks.i2t.text_head={c.text_head!r}); set "
+        f"model.heads.embed_dim to {model.image_tower.output_dim} or give the image side a head")
+  return model
+
+
+def evaluators(config, active: Sequence[system.Task], tokenizer):
+  """Retrieval per language with the i2t heads; translation retrieval with the t2t head
+  (the i2t text head when the t2t task is off, as for ALIGN)."""
+  retrieval, translation = eval_data.build_eval_sets(config, tokenizer)
+  i2t = config.tasks.i2t
+  t2t_on = any(t.input is inputs.TEXT_PAIR for t in active)
+  pair_head = config.tasks.t2t.head if t2t_on else i2t.text_head
+  out = []
+  if retrieval:
+    out.append(evaluate.Retrieval(retrieval, text_head=i2t.text_head, image_head=i2t.image_head))
+  if translation:
+    out.append(evaluate.Translation(translation, head=pair_head))
+  return out
+
+
+SYSTEM = system.System(name="mural", get_config=get_config, tasks=tasks, build_model=build_model,
+                       evaluators=evaluators)
