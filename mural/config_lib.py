@@ -1,8 +1,11 @@
 """The config schema: every field with its default and a one-line meaning.
 
-Config files in `configs/` start from `base_config()` and change what their
-paper says. `validate()` turns a bad value into a one-line `ConfigError` that
-names the field, before anything reaches JAX.
+Config files in `configs/` start from `mural.systems.base_config(name)` (this
+file's `base_config()` plus the system's `tasks` sections) and change what
+their paper says. `validate()` turns a bad value into a one-line
+`ConfigError` that names the field, before anything reaches JAX; a task
+checks its own extra fields when the system builds it. This file is the
+ground floor: it imports nothing of mural's.
 """
 
 import ml_collections
@@ -13,7 +16,7 @@ class ConfigError(ValueError):
 
 
 def base_config() -> ml_collections.ConfigDict:
-  """MURAL-BASE-shaped defaults; every config file edits a copy of this."""
+  """The fields every system shares (MURAL-BASE-shaped model); systems add `tasks`."""
   c = ml_collections.ConfigDict()
   c.seed = 0
   # Key of mural.systems.SYSTEMS; the system's own file adds its `tasks`
@@ -246,11 +249,9 @@ def validate(c: ml_collections.ConfigDict) -> None:
   _require(c.data.eval_resize >= c.data.image_size, "data.eval_resize",
            f"{c.data.eval_resize} is smaller than data.image_size {c.data.image_size}")
   _validate_data(c.data)
-  for axis in ("data", "fsdp", "model"):
+  for axis in MESH_AXES:  # How they fill the devices: sharding.mesh_shape.
     v = c.mesh[axis]
     _require(isinstance(v, int) and (v == -1 or v >= 1), f"mesh.{axis}", f"must be -1 or >= 1, got {v!r}")
-  _require([c.mesh[a] for a in ("data", "fsdp", "model")].count(-1) <= 1, "mesh",
-           "at most one axis may be -1")
   _validate_sharding_rules(c.sharding_rules)
   _require(c.shard_min_size >= 0, "shard_min_size", "must be >= 0")
   o = c.optim
@@ -268,7 +269,8 @@ def validate(c: ml_collections.ConfigDict) -> None:
            f"must be an int >= 0, got {c.eval_every_steps!r}")
 
 
-_MESH_AXES = ("data", "fsdp", "model")
+# The device mesh's axes (mural/sharding.py): pure data parallel, FSDP, tensor parallel.
+MESH_AXES = ("data", "fsdp", "model")
 
 
 def _validate_sharding_rules(rules) -> None:
@@ -280,7 +282,7 @@ def _validate_sharding_rules(rules) -> None:
     axes = rule[1]
     axes = () if axes is None else tuple(axes) if isinstance(axes, (list, tuple)) else (axes,)
     for a in axes:
-      _require(a in _MESH_AXES, field, f"mesh axis {a!r} not in {_MESH_AXES}")
+      _require(a in MESH_AXES, field, f"mesh axis {a!r} not in {MESH_AXES}")
 
 
 def from_file(path) -> ml_collections.ConfigDict:

@@ -39,7 +39,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 from mural import config_lib
 
-MESH_AXES = ("data", "fsdp", "model")
+MESH_AXES = config_lib.MESH_AXES
 
 Rules = Tuple[Tuple[str, Any], ...]
 
