@@ -26,6 +26,7 @@ setuptools.setup(
     packages=setuptools.find_packages(include=["mural", "mural.*"]),
     python_requires=">=3.10",
     install_requires=INSTALL_REQUIRES,
-    extras_require={"test": ["pytest>=8"]},
+    # img2dataset: tests write shards with its own writer classes (tests/test_img2dataset.py).
+    extras_require={"test": ["pytest>=8", "img2dataset>=1.47,<2"]},
     entry_points={"console_scripts": ["mural=mural.main:run"]},
 )

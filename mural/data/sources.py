@@ -29,6 +29,7 @@ from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple
 import tensorflow as tf
 
 from mural.data import flickr8k
+from mural.data import img2dataset
 from mural.data import multi30k
 from mural.data import synthetic
 from mural.data.records import check_process, source_fields
@@ -434,6 +435,7 @@ IMAGE_TEXT_SOURCES = {
     "tfrecord": tfrecord_image_text,
     "tfds": tfds_image_text,
     "flickr8k": flickr8k.image_text_source,
+    "webdataset": img2dataset.image_text_source,
 }
 
 TEXT_PAIR_SOURCES = {
