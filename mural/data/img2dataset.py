@@ -162,17 +162,14 @@ def image_text_source(source_config, split: str, process_index: int, process_cou
   unchanged for the pipeline to count. caption = <key>.txt (invalid UTF-8
   replaced). Files are split over processes like every file source.
   """
-  # Lazy: sources.py imports this module for its table (list_files / shard_files live there).
-  from mural.data import sources  # pylint: disable=g-import-not-at-top
-
   cfg = records.source_fields(source_config, "webdataset", dict(
       files=None, lang="", lang_field="", verify_files=True, cycle_length=16))
   if not cfg["lang"] and not cfg["lang_field"]:
     raise ValueError("data source 'webdataset': set 'lang' (a constant code) or 'lang_field' "
                      "(a key of the <key>.json metadata)")
   lang, lang_field = cfg["lang"], ("" if cfg["lang"] else cfg["lang_field"])
-  files = sources.list_files(cfg["files"], split, "webdataset")
-  mine, element_shard = sources.shard_files(files, process_index, process_count)
+  files = records.list_files(cfg["files"], split, "webdataset")
+  mine, element_shard = records.shard_files(files, process_index, process_count)
   if cfg["verify_files"]:
     _check_files(mine, lang_field)
 

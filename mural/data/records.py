@@ -2,11 +2,13 @@
 checks, and the reasons a record is skipped.
 
 The ground floor of mural/data: it imports nothing of mural's, so the format
-files (flickr8k.py, multi30k.py, synthetic.py), the sources table, the task
-inputs and the pipeline can all import it without a cycle.
+files (flickr8k.py, multi30k.py, img2dataset.py, synthetic.py), the sources
+table, the task inputs and the pipeline can all import it without a cycle.
 """
 
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
+
+import tensorflow as tf
 
 # Keys of a source config that the pipeline reads; every source accepts them.
 COMMON_FIELDS = ("name", "weight")
@@ -37,3 +39,36 @@ def check_process(process_index: int, process_count: int) -> None:
     raise ValueError(f"process_count must be a positive int, got {process_count!r}")
   if not (isinstance(process_index, int) and 0 <= process_index < process_count):
     raise ValueError(f"process_index {process_index!r} is not in [0, {process_count})")
+
+
+def list_files(patterns: Any, split: str, source: str) -> List[str]:
+  """Sorted files matching glob(s); '{split}' in a pattern is replaced by split.
+
+  `patterns`: one glob, a comma-separated string of globs, or a list. A glob
+  matching nothing is a ValueError naming it.
+  """
+  if isinstance(patterns, str):
+    patterns = [p for p in patterns.split(",") if p.strip()]
+  if not patterns:
+    raise ValueError(f"data source {source!r}: field 'files' is empty (a glob of input files)")
+  files = set()
+  for pattern in patterns:
+    pattern = pattern.strip().replace("{split}", split)
+    matched = tf.io.gfile.glob(pattern)
+    if not matched:
+      raise ValueError(f"data source {source!r}: no file matches {pattern!r}")
+    files.update(matched)
+  return sorted(files)
+
+
+def shard_files(files: Sequence[str], process_index: int, process_count: int) -> Tuple[List[str], bool]:
+  """(files of this process, whether elements must still be sharded).
+
+  >= process_count files: disjoint files per process (file i goes to process
+  i % process_count). Fewer: every process reads all files and keeps every
+  process_count-th element (`ds.shard`).
+  """
+  check_process(process_index, process_count)
+  if len(files) >= process_count:
+    return list(files[process_index::process_count]), False
+  return list(files), process_count > 1

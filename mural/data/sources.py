@@ -32,46 +32,13 @@ from mural.data import flickr8k
 from mural.data import img2dataset
 from mural.data import multi30k
 from mural.data import synthetic
-from mural.data.records import check_process, source_fields
+from mural.data.records import check_process, list_files, shard_files, source_fields
 
 _AUTOTUNE = tf.data.AUTOTUNE
 _SCHEMA_PROBE_RECORDS = 16  # Records of the first file checked for the configured fields.
 
 
 # ---- Sharding helpers ----------------------------------------------------------
-
-
-def list_files(patterns: Any, split: str, source: str) -> List[str]:
-  """Sorted files matching glob(s); '{split}' in a pattern is replaced by split.
-
-  `patterns`: one glob, a comma-separated string of globs, or a list. A glob
-  matching nothing is a ValueError naming it.
-  """
-  if isinstance(patterns, str):
-    patterns = [p for p in patterns.split(",") if p.strip()]
-  if not patterns:
-    raise ValueError(f"data source {source!r}: field 'files' is empty (a glob of input files)")
-  files = set()
-  for pattern in patterns:
-    pattern = pattern.strip().replace("{split}", split)
-    matched = tf.io.gfile.glob(pattern)
-    if not matched:
-      raise ValueError(f"data source {source!r}: no file matches {pattern!r}")
-    files.update(matched)
-  return sorted(files)
-
-
-def shard_files(files: Sequence[str], process_index: int, process_count: int) -> Tuple[List[str], bool]:
-  """(files of this process, whether elements must still be sharded).
-
-  >= process_count files: disjoint files per process (file i goes to process
-  i % process_count). Fewer: every process reads all files and keeps every
-  process_count-th element (`ds.shard`).
-  """
-  check_process(process_index, process_count)
-  if len(files) >= process_count:
-    return list(files[process_index::process_count]), False
-  return list(files), process_count > 1
 
 
 def _interleave(files: Sequence[str], reader, cycle_length: int) -> tf.data.Dataset:
