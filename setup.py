@@ -27,6 +27,11 @@ setuptools.setup(
     python_requires=">=3.10",
     install_requires=INSTALL_REQUIRES,
     # img2dataset: tests write shards with its own writer classes (tests/test_img2dataset.py).
-    extras_require={"test": ["pytest>=8", "img2dataset>=1.47,<2"]},
+    extras_require={
+        "test": ["pytest>=8", "img2dataset>=1.47,<2"],
+        # Accelerators: the jax build for them (the CPU jax above is replaced).
+        "cuda": ["jax[cuda12]>=0.10,<0.11"],
+        "tpu": ["jax[tpu]>=0.10,<0.11"],
+    },
     entry_points={"console_scripts": ["mural=mural.main:run"]},
 )

@@ -14,7 +14,7 @@
 # Setup once per pod (same checkout and venv on every host):
 #   gcloud compute tpus tpu-vm ssh "$TPU_NAME" --zone="$ZONE" --worker=all --command='
 #     git clone <repo> ~/mural && cd ~/mural && python3 -m venv .venv &&
-#     .venv/bin/pip install -e . "jax[tpu]" -f https://storage.googleapis.com/jax-releases/libtpu_releases.html'
+#     .venv/bin/pip install -e ".[tpu]"'
 set -euo pipefail
 
 : "${TPU_NAME:?set TPU_NAME}"

@@ -19,6 +19,7 @@ import json
 import logging as std_logging
 import os
 import sys
+import traceback
 
 # TensorFlow (the input pipeline) logs INFO lines about CPU features at import.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -26,10 +27,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from absl import app
 from absl import flags
 from absl import logging
+from etils import epath
 import jax
 from ml_collections import config_flags
 
 from mural import config_lib
+from mural import data
 from mural import describe
 from mural import state
 from mural import train
@@ -41,6 +44,7 @@ _COORDINATOR = flags.DEFINE_string("coordinator_address", None,
                                    "host:port of process 0, for multi-process runs.")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Processes in a multi-process run.")
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index in [0, num_processes).")
+_CONFIG_PATH = None  # The --config file, for error messages (set when flags are parsed).
 
 
 class _QuietOrbax(std_logging.Filter):
@@ -67,10 +71,33 @@ def _init_distributed():
   jax.distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
 
 
+def _config_error(e: BaseException) -> str:
+  """A config file that failed to load, as '--config: FILE:LINE: Error: message'."""
+  if isinstance(e, SyntaxError) and e.filename:
+    return f"--config: {e.filename}:{e.lineno}: SyntaxError: {e.msg}"
+  path = _CONFIG_PATH or ""
+  frames = [f for f in traceback.extract_tb(e.__traceback__) if path and f.filename == os.path.abspath(path)]
+  where = f"{frames[-1].filename}:{frames[-1].lineno}: " if frames else ""
+  return f"--config: {where}{type(e).__name__}: {_one_line(str(e))}"
+
+
+def _writable_workdir(workdir: str) -> None:
+  """Creates workdir and checks it takes a file, so a bad path fails now in one line."""
+  try:
+    path = epath.Path(workdir)
+    path.mkdir(parents=True, exist_ok=True)
+    probe = path / f".mural_write_test.{os.getpid()}"
+    probe.write_text("")
+    probe.unlink()
+  except OSError as e:
+    _fail(2, f"--workdir: {workdir} is not a writable directory ({e.strerror or _one_line(str(e))})")
+
+
 def main(argv):
   if len(argv) > 1:
     _fail(2, f"unexpected arguments {argv[1:]}")
   std_logging.getLogger("absl").addFilter(_QuietOrbax())
+  data.hide_accelerators_from_tensorflow()
   try:
     config = _CONFIG.value
     if config is None:
@@ -78,6 +105,8 @@ def main(argv):
     config.keys()  # config_flags loads lazily: a bad file fails here.
   except OSError as e:
     _fail(2, "--config: " + _one_line(str(e)))
+  except Exception as e:  # pylint: disable=broad-except  (any error of the config file's own code)
+    _fail(2, _config_error(e))
   try:
     if _MODE.value == "describe":
       print(json.dumps(describe.describe(config)))
@@ -85,6 +114,7 @@ def main(argv):
     config_lib.validate(config)
     if not _WORKDIR.value:
       _fail(2, "--workdir is required for --mode=" + _MODE.value)
+    _writable_workdir(_WORKDIR.value)
     _init_distributed()
     if _MODE.value == "train":
       train.train_and_evaluate(config, _WORKDIR.value)
@@ -106,13 +136,26 @@ def _one_line(message: str) -> str:
 
 def _parse_flags(argv):
   """absl flag parsing with usage errors as one line and exit code 2."""
+  global _CONFIG_PATH
+  _CONFIG_PATH = next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), None)
   try:
     return flags.FLAGS(argv)
+  except SyntaxError as e:  # The config file does not parse.
+    _fail(2, _config_error(e))
   except (flags.Error, ValueError) as e:  # ValueError: an override path config_flags cannot parse.
     _fail(2, _one_line(str(e)))
   except (AttributeError, KeyError) as e:  # config_flags: an override names no config field.
+    if _raised_in_config_file(e):
+      _fail(2, _config_error(e))
     name, _, hint = _one_line(str(e)).replace("'", "").partition(" ")
     _fail(2, f"--config override: no field {name}" + (f" ({hint})" if hint else ""))
+  except Exception as e:  # pylint: disable=broad-except  (the config file's own code failed)
+    _fail(2, _config_error(e))
+
+
+def _raised_in_config_file(e: BaseException) -> bool:
+  path = os.path.abspath(_CONFIG_PATH) if _CONFIG_PATH else None
+  return any(f.filename == path for f in traceback.extract_tb(e.__traceback__))
 
 
 def run():

@@ -8,6 +8,7 @@ compile of the train step dominates (~15-30 s per distinct step function).
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -293,3 +294,58 @@ def test_batch_that_does_not_split_is_a_config_error(tiny_vocab):
   config = tiny_config(tiny_vocab, **{"tasks.t2t.batch_size": 6, "optim.grad_accum_steps": 4})
   with pytest.raises(config_lib.ConfigError, match=r"^config\.tasks\.(i2t|t2t)\.batch_size: "):
     train.build(config)
+
+
+_SPY = """
+import sys
+import tensorflow as tf
+calls = []
+original = tf.config.set_visible_devices
+def spy(devices, device_type=None):
+  calls.append((list(devices), device_type))
+  return original(devices, device_type)
+tf.config.set_visible_devices = spy
+module = __import__(sys.argv[1], fromlist=["main"])
+sys.argv = sys.argv[1:]
+try:
+  if sys.argv[0] == "mural.main":
+    module.run()
+  else:
+    from absl import app
+    module._define_flags()
+    app.run(module.main)
+except SystemExit:
+  pass
+print("CALLS", calls)
+"""
+
+
+@pytest.mark.parametrize("entry,args", [
+    ("mural.main", ["--config=configs/tiny.py", "--mode=describe"]),
+    ("mural.data.convert", ["--input=/nonexistent.tsv", "--output_dir=/tmp/mural_spy_out"]),
+])
+def test_entry_points_hide_accelerators_from_tensorflow(entry, args):
+  env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
+  r = subprocess.run([sys.executable, "-c", _SPY, entry, *args], cwd=ROOT, env=env, capture_output=True,
+                     text=True, timeout=120)
+  calls = [l for l in r.stdout.splitlines() if l.startswith("CALLS ")]
+  assert calls and "([], 'GPU')" in calls[-1], r.stdout[-2000:] + r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("config_text,expected", [
+    ("def get_config(:\n  pass\n", r"^mural: error: --config: .*bad\.py:1: SyntaxError: "),
+    ("from mural import systems\ndef get_config():\n  c = systems.base_config('mural')\n"
+     "  c.model.text.num_layerz.x = 1\n  return c\n", r"^mural: error: --config: .*bad\.py:4: AttributeError: "),
+])
+def test_main_broken_config_file_is_one_line_with_file_and_line(tmp_path, config_text, expected):
+  (tmp_path / "bad.py").write_text(config_text)
+  r = _main(f"--config={tmp_path / 'bad.py'}", "--mode=describe")
+  assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+  assert re.match(expected, r.stderr.strip().splitlines()[-1]), r.stderr.strip().splitlines()[-1]
+
+
+def test_main_unwritable_workdir_is_one_line(tmp_path):
+  (tmp_path / "file").write_text("")
+  r = _main("--config=configs/tiny.py", f"--workdir={tmp_path / 'file' / 'sub'}")
+  assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+  assert r.stderr.strip().splitlines()[-1].startswith(f"mural: error: --workdir: {tmp_path / 'file' / 'sub'} is not")

@@ -459,7 +459,9 @@ def _define_flags():
 
 def main(argv):
   from absl import flags  # pylint: disable=g-import-not-at-top
+  from mural import data  # pylint: disable=g-import-not-at-top
   del argv
+  data.hide_accelerators_from_tensorflow()
   f = flags.FLAGS
   try:
     stats = convert(f.input, f.output_dir, f.num_shards, image_root=f.image_root, columns=f.columns,
