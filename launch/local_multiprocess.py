@@ -8,9 +8,9 @@ Each process gets JAX_PLATFORMS=cpu, XLA_FLAGS=--xla_force_host_platform_device_
 (D CPU "devices" per process) and mural.main's --coordinator_address=127.0.0.1:PORT
 --num_processes=N --process_id=i; main then calls jax.distributed.initialize with
 gloo CPU collectives. Arguments after `--` go to every process. Output lines
-are prefixed with [i]. If one process fails the others are stopped (a lone
-survivor would wait in a collective forever); the exit code is the first
-failure's. SIGTERM or Ctrl-C to the launcher is passed on to every process as
+are prefixed with [i]. If one process fails or dies, one line names it and
+the others are stopped (a survivor cannot go on without its peer); the exit
+code is the first failure's (128 + N for a process killed by signal N). SIGTERM or Ctrl-C to the launcher is passed on to every process as
 SIGTERM: they agree on a step, checkpoint and exit; rerunning resumes.
 
 `--script=PATH` runs a Python file with the same flags instead of mural.main
@@ -39,13 +39,19 @@ def _pump(stream, prefix: str, out):
     out.flush()
 
 
+def _exit_code(rc: int) -> int:
+  """A child's return code as a shell exit code (killed by signal N: 128 + N)."""
+  return 128 - rc if rc < 0 else rc
+
+
 def launch(num_processes: int, devices_per_process: int, args, script=None, port: int = 0,
-           env=None, grace_s: float = 60.0) -> int:
+           env=None, grace_s: float = 10.0) -> int:
   """Starts the processes, streams their output, returns the first non-zero exit code (or 0).
 
   Runs `python -m mural.main ARGS` (or `python SCRIPT ARGS`) plus the
-  multi-process flags in each process. After a failure the others get
-  SIGTERM and `grace_s` seconds before SIGKILL.
+  multi-process flags in each process. When one fails or dies, one line
+  names it and the others get SIGTERM and `grace_s` seconds before SIGKILL
+  (without their peer they cannot finish a step, nor a checkpoint).
   """
   port = port or free_port()
   procs, pumps = [], []
@@ -86,7 +92,10 @@ def launch(num_processes: int, devices_per_process: int, args, script=None, port
           continue
         pending.remove(p)
         if rc != 0 and code == 0:
-          code, deadline = rc, time.time() + grace_s
+          code, deadline = _exit_code(rc), time.time() + grace_s
+          how = f"was killed by signal {-rc}" if rc < 0 else f"exited with code {rc}"
+          print(f"local_multiprocess: process {procs.index(p)} {how}; stopping the other "
+                f"{len(pending)} process(es).", file=sys.stderr, flush=True)
           for other in pending:  # Only our own children, by handle.
             other.terminate()
   finally:

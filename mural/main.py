@@ -35,7 +35,10 @@ from mural import config_lib
 from mural import data
 from mural import describe
 from mural import state
+from mural import system
+from mural import systems
 from mural import train
+from mural.data import vocab
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (see configs/).", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Checkpoints, metrics.jsonl, TensorBoard, eval/.")
@@ -44,7 +47,12 @@ _COORDINATOR = flags.DEFINE_string("coordinator_address", None,
                                    "host:port of process 0, for multi-process runs.")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Processes in a multi-process run.")
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index in [0, num_processes).")
+_DISTRIBUTED_TIMEOUT = flags.DEFINE_integer(
+    "distributed_timeout_s", 600, "Seconds processes wait for each other to connect at start-up.")
+_HEARTBEAT_TIMEOUT = flags.DEFINE_integer(
+    "heartbeat_timeout_s", 30, "Seconds without a heartbeat after which a peer process counts as dead.")
 _CONFIG_PATH = None  # The --config file, for error messages (set when flags are parsed).
+_DISTRIBUTED = False  # jax.distributed is up (see _fail).
 
 
 class _QuietOrbax(std_logging.Filter):
@@ -56,19 +64,46 @@ class _QuietOrbax(std_logging.Filter):
 
 def _fail(code: int, message: str):
   print(f"mural: error: {message}", file=sys.stderr)
+  if _DISTRIBUTED:
+    # sys.exit would wait at jax.distributed's shutdown barrier for peers that
+    # may be stuck in a collective with this process: leave now, and let the
+    # launcher (or the coordination service's heartbeat) stop the others.
+    sys.stderr.flush()
+    sys.stdout.flush()
+    os._exit(code)
   sys.exit(code)
 
 
-def _init_distributed():
-  """jax.distributed.initialize when the multi-process flags are given."""
+def _multi_process() -> bool:
+  """Whether the multi-process flags are given (all of them, or an error)."""
   given = [f.value is not None for f in (_COORDINATOR, _NUM_PROCESSES, _PROCESS_ID)]
-  if not any(given):
-    return
-  if not all(given):
+  if any(given) and not all(given):
     _fail(2, "--coordinator_address, --num_processes and --process_id go together")
+  return all(given)
+
+
+def _init_distributed(config, workdir: str):
+  """jax.distributed.initialize when the multi-process flags are given.
+
+  The slow per-process start-up happens first: process 0 learns the
+  vocabulary (if the run needs one) before it connects, so no peer waits on
+  it inside a collective (gloo gives up on a collective after 30 s), and
+  jax.distributed.initialize waits up to --distributed_timeout_s for all.
+  A peer that stops sending heartbeats for --heartbeat_timeout_s is
+  reported by the coordination service and the others stop.
+  """
+  if not _multi_process():
+    return
+  if _PROCESS_ID.value == 0 and _MODE.value == "train" and not config.data.vocab_path:
+    tasks = system.active_tasks(systems.get(config), config)
+    vocab.learn(config, tasks, workdir)
   # CPU processes exchange collectives over gloo (TCP); ignored on GPU/TPU.
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
-  jax.distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+  jax.distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
+                             initialization_timeout=_DISTRIBUTED_TIMEOUT.value,
+                             heartbeat_timeout_seconds=_HEARTBEAT_TIMEOUT.value)
+  global _DISTRIBUTED
+  _DISTRIBUTED = True
 
 
 def _config_error(e: BaseException) -> str:
@@ -115,7 +150,7 @@ def main(argv):
     if not _WORKDIR.value:
       _fail(2, "--workdir is required for --mode=" + _MODE.value)
     _writable_workdir(_WORKDIR.value)
-    _init_distributed()
+    _init_distributed(config, _WORKDIR.value)
     if _MODE.value == "train":
       train.train_and_evaluate(config, _WORKDIR.value)
     else:

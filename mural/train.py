@@ -272,9 +272,8 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
 
   # ---- Restore or initialise ----------------------------------------------
   checkpoints = checkpointing.Checkpoints(workdir, config.keep_checkpoints)
-  latest = checkpoints.latest_step()
+  latest, state, data_state = checkpoints.restore_latest(setup.abstract_state, setup.state_shardings)
   if latest is not None:
-    state, data_state = checkpoints.restore(latest, setup.abstract_state, setup.state_shardings)
     if data_state is not None:
       train_iter.set_state(data_state)
     logging.info("Resumed from %s (step %d).", checkpoints.directory, latest)
@@ -337,13 +336,13 @@ def evaluate(config, workdir: str, *, evaluators: Optional[Sequence[Any]] = None
   """Evaluates the latest checkpoint in workdir; writes eval/step_<N>.json like training does."""
   setup = build(config)
   checkpoints = checkpointing.Checkpoints(workdir, config.keep_checkpoints)
-  latest = checkpoints.latest_step()
+  latest, state, _ = checkpoints.restore_latest(setup.abstract_state, setup.state_shardings,
+                                                move_aside=False)  # Eval leaves the workdir as is.
   if latest is None:
     raise FileNotFoundError(f"no checkpoint in {checkpoints.directory}; train first (--mode=train)")
-  state, _ = checkpoints.restore(latest, setup.abstract_state, setup.state_shardings)
   checkpoints.close()
   if evaluators is None:
-    tokenizer = vocab.tokenizer(config, setup.tasks, workdir, learn=False)
+    tokenizer = vocab.tokenizer(config, setup.tasks, workdir, learn_missing=False)
     evaluators = setup.system.evaluators(config, setup.tasks, tokenizer)
   if not evaluators:
     raise ValueError("config.data.eval_source: no evaluation sets to evaluate on")

@@ -16,6 +16,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -142,3 +143,34 @@ print("RESULT " + json.dumps(r["eval"]))
 
 if __name__ == "__main__":
   _worker()
+
+
+_DYING_PEER = """
+import argparse, os, sys, time
+p = argparse.ArgumentParser()
+p.add_argument("--coordinator_address"); p.add_argument("--num_processes", type=int)
+p.add_argument("--process_id", type=int)
+a = p.parse_args()
+import jax
+jax.config.update("jax_cpu_collectives_implementation", "gloo")
+jax.distributed.initialize(a.coordinator_address, a.num_processes, a.process_id, heartbeat_timeout_seconds=30)
+if a.process_id == 1:
+  os._exit(3)  # Dies (no clean shutdown) before the collective its peer waits in.
+from jax.experimental import multihost_utils
+multihost_utils.sync_global_devices("never_met")
+time.sleep(600)
+"""
+
+
+def test_launcher_names_a_dead_process_and_stops_the_rest(tmp_path):
+  script = tmp_path / "dying_peer.py"
+  script.write_text(_DYING_PEER)
+  start = time.time()
+  r = subprocess.run([sys.executable, "launch/local_multiprocess.py", "--num_processes=2",
+                      "--devices_per_process=1", f"--script={script}"], cwd=ROOT,
+                     env=dict(os.environ, **NO_CACHE, TF_CPP_MIN_LOG_LEVEL="3"), capture_output=True,
+                     text=True, timeout=300)
+  elapsed = time.time() - start
+  assert r.returncode == 3, r.stdout[-2000:] + r.stderr[-2000:]
+  assert "local_multiprocess: process 1 exited with code 3; stopping the other 1 process(es)." in r.stderr
+  assert elapsed < 60, elapsed

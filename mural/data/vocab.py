@@ -33,17 +33,29 @@ def training_texts(config, tasks: Sequence) -> Iterator[str]:
           yield record[f].decode("utf-8", "replace")
 
 
-def tokenizer(config, tasks: Sequence, workdir: str, learn: bool = True) -> tokenizer_lib.Tokenizer:
-  """config.data.vocab_path, else workdir/vocab.txt (learned from the tasks' text once)."""
+def learn(config, tasks: Sequence, workdir: str) -> str:
+  """workdir/vocab.txt, learned from the tasks' training text unless it exists.
+
+  Touches no JAX device: a multi-process run learns it in process 0 before
+  the processes connect (mural/main.py), so no peer waits on it in a collective.
+  """
+  path = epath.Path(workdir) / "vocab.txt"
+  if not path.exists():
+    logging.info("Learning a %d-token wordpiece vocab into %s.", config.model.text.vocab_size, path)
+    tokenizer_lib.build_vocab(list(training_texts(config, tasks)), config.model.text.vocab_size, str(path))
+  return str(path)
+
+
+def tokenizer(config, tasks: Sequence, workdir: str, learn_missing: bool = True) -> tokenizer_lib.Tokenizer:
+  """config.data.vocab_path, else workdir/vocab.txt (learned from the tasks' text once, by process 0)."""
   path = config.data.vocab_path
   if not path:
     path = str(epath.Path(workdir) / "vocab.txt")
-    if not learn and not epath.Path(path).exists():
+    if not learn_missing and not epath.Path(path).exists():
       raise FileNotFoundError(f"{path} does not exist: the vocab is learned by --mode=train "
                               f"(or set config.data.vocab_path)")
-    if jax.process_index() == 0 and not epath.Path(path).exists():
-      logging.info("Learning a %d-token wordpiece vocab into %s.", config.model.text.vocab_size, path)
-      tokenizer_lib.build_vocab(list(training_texts(config, tasks)), config.model.text.vocab_size, path)
+    if jax.process_index() == 0:
+      learn(config, tasks, workdir)
     if jax.process_count() > 1:
       multihost_utils.sync_global_devices("mural_vocab")
   elif not epath.Path(path).exists():
