@@ -28,17 +28,13 @@ from absl import app
 from absl import flags
 from absl import logging
 from etils import epath
-import jax
 from ml_collections import config_flags
 
+# Only light modules here: flags and the config (and their mistakes) come
+# before TensorFlow and JAX load (see main()).
 from mural import config_lib
 from mural import data
-from mural import describe
-from mural import state
-from mural import system
 from mural import systems
-from mural import train
-from mural.data import vocab
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (see configs/).", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Checkpoints, metrics.jsonl, TensorBoard, eval/.")
@@ -94,6 +90,9 @@ def _init_distributed(config, workdir: str):
   """
   if not _multi_process():
     return
+  import jax  # pylint: disable=g-import-not-at-top
+  from mural import system  # pylint: disable=g-import-not-at-top
+  from mural.data import vocab  # pylint: disable=g-import-not-at-top
   if _PROCESS_ID.value == 0 and _MODE.value == "train" and not config.data.vocab_path:
     tasks = system.active_tasks(systems.get(config), config)
     vocab.learn(config, tasks, workdir)
@@ -132,7 +131,6 @@ def main(argv):
   if len(argv) > 1:
     _fail(2, f"unexpected arguments {argv[1:]}")
   std_logging.getLogger("absl").addFilter(_QuietOrbax())
-  data.hide_accelerators_from_tensorflow()
   try:
     config = _CONFIG.value
     if config is None:
@@ -142,14 +140,25 @@ def main(argv):
     _fail(2, "--config: " + _one_line(str(e)))
   except Exception as e:  # pylint: disable=broad-except  (any error of the config file's own code)
     _fail(2, _config_error(e))
+  # Flag and config mistakes are reported here, before TensorFlow and JAX load.
+  try:
+    config_lib.validate(config)
+    systems.get(config)
+    if _MODE.value != "describe":
+      if not _WORKDIR.value:
+        _fail(2, "--workdir is required for --mode=" + _MODE.value)
+      _writable_workdir(_WORKDIR.value)
+  except config_lib.ConfigError as e:
+    _fail(2, str(e))
+
+  data.hide_accelerators_from_tensorflow()  # First thing once TensorFlow loads.
+  from mural import describe  # pylint: disable=g-import-not-at-top
+  from mural import train  # pylint: disable=g-import-not-at-top
+  from mural.state import TrainingError  # pylint: disable=g-import-not-at-top
   try:
     if _MODE.value == "describe":
       print(json.dumps(describe.describe(config)))
       return
-    config_lib.validate(config)
-    if not _WORKDIR.value:
-      _fail(2, "--workdir is required for --mode=" + _MODE.value)
-    _writable_workdir(_WORKDIR.value)
     _init_distributed(config, _WORKDIR.value)
     if _MODE.value == "train":
       train.train_and_evaluate(config, _WORKDIR.value)
@@ -157,7 +166,7 @@ def main(argv):
       train.evaluate(config, _WORKDIR.value)
   except config_lib.ConfigError as e:
     _fail(2, str(e))
-  except (FileNotFoundError, ValueError, state.TrainingError) as e:
+  except (FileNotFoundError, ValueError, TrainingError) as e:
     # Missing data, unusable sources, a non-finite loss: the message says it
     # all; the traceback is in the log with --verbosity=1.
     logging.debug("Run failed", exc_info=True)

@@ -18,15 +18,21 @@ a config into what the trainer needs (active tasks, batch shapes, init, the
 per-task losses).
 """
 
-import dataclasses
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
+from __future__ import annotations
 
-import jax
-import jax.numpy as jnp
+import dataclasses
+from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from mural import config_lib
 
-Outputs = Dict[str, jax.Array]
+if TYPE_CHECKING:
+  import jax
+
+# Config files import the systems, which import this module: it imports no
+# JAX (nor TensorFlow) at module level, so a config mistake is reported in
+# well under a second (mural/main.py); the functions that run JAX import it.
+
+Outputs = Dict[str, "jax.Array"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +104,8 @@ def batch_shapes(tasks: Sequence[Task], config, batch_size: Optional[int] = None
 
 def init_variables(model, tasks: Sequence[Task], config, rng):
   """Model variables holding exactly what the tasks' forwards read (their heads, no others)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   batch = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), batch_shapes(tasks, config, batch_size=1))
   return model.init({"params": rng, "dropout": rng}, batch, method=_forward_all(tasks, train=False))
 

@@ -349,3 +349,26 @@ def test_main_unwritable_workdir_is_one_line(tmp_path):
   r = _main("--config=configs/tiny.py", f"--workdir={tmp_path / 'file' / 'sub'}")
   assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
   assert r.stderr.strip().splitlines()[-1].startswith(f"mural: error: --workdir: {tmp_path / 'file' / 'sub'} is not")
+
+
+_LOADED = """
+import sys
+from mural import main
+sys.argv = ["mural"] + sys.argv[1:]
+try:
+  main.run()
+except SystemExit as e:
+  print("EXIT", e.code, "tensorflow" in sys.modules, "jax" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("args", [
+    ["--config=configs/tiny.py", "--config.optim.b1=1.5", "--workdir=/tmp/x"],  # A bad value.
+    ["--config=configs/tiny.py", "--config.total_stepz=3"],  # A misspelt field.
+    ["--config=configs/tiny.py", "--config.system=clip", "--workdir=/tmp/x"],  # An unknown system.
+])
+def test_config_mistakes_are_reported_before_tensorflow_and_jax_load(args):
+  r = subprocess.run([sys.executable, "-c", _LOADED, *args], cwd=ROOT, capture_output=True, text=True,
+                     timeout=60)
+  assert r.stdout.strip().splitlines()[-1] == "EXIT 2 False False", r.stdout[-1000:] + r.stderr[-1000:]
+  assert r.stderr.strip().splitlines()[-1].startswith("mural: error: ")

@@ -12,6 +12,10 @@ retrieval per language pair. ALIGN is this system without the t2t task
 
 The image-text and text-pair tasks are built by `image_text_task` /
 `text_pair_task`, which other systems reuse.
+
+Config files import this module, so it loads no JAX or TensorFlow at import:
+the functions that build tasks, the model and the evaluators import what
+they run (a config mistake is then reported before either loads).
 """
 
 from typing import Sequence
@@ -19,12 +23,7 @@ from typing import Sequence
 import ml_collections
 
 from mural import config_lib
-from mural import evaluate
-from mural import losses
-from mural import models
 from mural import system
-from mural.data import eval_data
-from mural.data import inputs
 
 SYNTHETIC = dict(name="synthetic", weight=1.0)
 
@@ -69,6 +68,8 @@ def _require(ok: bool, field: str, message: str):
 
 def image_text_task(config, name: str = "i2t") -> system.Task:
   """Images and captions, contrastive both ways at the model's temperature."""
+  from mural import losses  # pylint: disable=g-import-not-at-top
+  from mural.data import inputs  # pylint: disable=g-import-not-at-top
   c = config.tasks[name]
   text_head, image_head = c.text_head, c.image_head
 
@@ -87,6 +88,8 @@ def image_text_task(config, name: str = "i2t") -> system.Task:
 
 def text_pair_task(config, name: str = "t2t") -> system.Task:
   """Translation pairs, additive-margin softmax both ways at a fixed temperature."""
+  from mural import losses  # pylint: disable=g-import-not-at-top
+  from mural.data import inputs  # pylint: disable=g-import-not-at-top
   c = config.tasks[name]
   _require(c.temperature > 0, f"tasks.{name}.temperature", f"must be positive, got {c.temperature}")
   _require(0 <= c.margin < 2, f"tasks.{name}.margin", f"must be in [0, 2), got {c.margin}")
@@ -110,6 +113,7 @@ def tasks(config) -> Sequence[system.Task]:
 
 def build_model(config, active: Sequence[system.Task]):
   """Towers from config.model, one head per name the tasks read; embedding sizes checked."""
+  from mural import models  # pylint: disable=g-import-not-at-top
   model = models.build_model(config.model, [h for t in active for h in t.heads])
   embed_dim = config.model.heads.embed_dim
   c = config.tasks.i2t
@@ -126,9 +130,11 @@ def build_model(config, active: Sequence[system.Task]):
 def evaluators(config, active: Sequence[system.Task], tokenizer):
   """Retrieval per language with the i2t heads; translation retrieval with the t2t head
   (the i2t text head when the t2t task is off, as for ALIGN)."""
+  from mural import evaluate  # pylint: disable=g-import-not-at-top
+  from mural.data import eval_data  # pylint: disable=g-import-not-at-top
   retrieval, translation = eval_data.build_eval_sets(config, tokenizer)
   i2t = config.tasks.i2t
-  t2t_on = any(t.input is inputs.TEXT_PAIR for t in active)
+  t2t_on = any(t.name == "t2t" for t in active)
   pair_head = config.tasks.t2t.head if t2t_on else i2t.text_head
   out = []
   if retrieval:
