@@ -7,13 +7,26 @@ block table scaled by width/depth coefficients with `round_filters` /
 with the block index. The embedding is the global average pool of the last
 MBConv stage (ALIGN drops the 1x1 head conv); the head conv and the classifier
 are optional so parameter counts can be checked against the paper.
+
+Convolutions have two implementations of the same function with the same
+parameters (`conv_impl`, config.model.image.conv_impl):
+  'xla'   lax.conv_general_dilated, as nn.Conv: good on GPU and TPU;
+  'fast'  depthwise convs as k * k shifted multiply-adds, pointwise (1x1)
+          convs as one matmul and other convs as patches @ kernel: XLA's CPU
+          convolutions are several times slower than these (project issue 9,
+          jax-ml/jax#23713, openxla/xla#34273; benchmarks/bench_convs.py);
+  'auto'  'fast' where the default backend is the CPU, else 'xla'.
+A checkpoint saved with one loads into the other.
 """
 
 import dataclasses
+import functools
 import math
-from typing import Any
+from typing import Any, Callable
 
 import flax.linen as nn
+import jax
+from jax import lax
 import jax.numpy as jnp
 
 from mural import config_lib
@@ -74,13 +87,209 @@ CONV = (None, None, "conv_in", "conv_out")  # Logical names of a conv kernel.
 DEPTHWISE = (None, None, None, "conv_out")  # Depthwise kernel: one input channel per group.
 
 
+CONV_IMPLS = ("auto", "xla", "fast")
+
+
+def check_conv_impl(impl: str) -> str:
+  """Returns impl, or raises ConfigError naming config.model.image.conv_impl."""
+  if impl not in CONV_IMPLS:
+    raise config_lib.ConfigError(
+        f"config.model.image.conv_impl: {impl!r} not in {list(CONV_IMPLS)}")
+  return impl
+
+
+def resolve_conv_impl(impl: str) -> str:
+  """'auto' -> 'fast' on the CPU backend, 'xla' elsewhere; others unchanged."""
+  if check_conv_impl(impl) == "auto":
+    return "fast" if jax.default_backend() == "cpu" else "xla"
+  return impl
+
+
+def same_padding(size: int, kernel: int, stride: int) -> tuple[int, int]:
+  """TF/XLA SAME padding of one spatial axis: the odd pixel goes after."""
+  out = -(-size // stride)
+  total = max((out - 1) * stride + kernel - size, 0)
+  return total // 2, total - total // 2
+
+
+def _accumulator(dtype):
+  """Sums of bf16/f16 products are kept in float32, as convs and dots do."""
+  return jnp.promote_types(dtype, jnp.float32)
+
+
+def _taps(x, kernel: int, stride: int):
+  """Yields (i, j, x_ij): x_ij[b, h, w] = padded x[b, stride * h + i, stride * w + j].
+
+  Stride 1 pads x once and slices it; a strided tap is the strided slice of x
+  that lands inside, padded: XLA then fuses it into its consumer instead of
+  writing out the padded x (7-8x faster forward at stride 2 on CPU).
+  """
+  b, height, width, c = x.shape
+  (top, bottom), (left, right) = (same_padding(height, kernel, stride),
+                                  same_padding(width, kernel, stride))
+  out_h, out_w = -(-height // stride), -(-width // stride)
+  if stride == 1:
+    x = jnp.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)))
+    for i in range(kernel):
+      for j in range(kernel):
+        yield i, j, lax.slice(x, (0, i, j, 0), (b, i + out_h, j + out_w, c))
+    return
+
+  def inside(offset, pad, size, out):
+    """First and last output index whose input index o * stride + offset - pad is in x."""
+    first = max(0, -(-(pad - offset) // stride))
+    return first, min(out - 1, (size - 1 + pad - offset) // stride)
+
+  for i in range(kernel):
+    h0, h1 = inside(i, top, height, out_h)
+    for j in range(kernel):
+      w0, w1 = inside(j, left, width, out_w)
+      if h0 > h1 or w0 > w1:  # The tap sees only padding.
+        yield i, j, jnp.zeros((b, out_h, out_w, c), x.dtype)
+        continue
+      tap = lax.slice(x, (0, h0 * stride + i - top, w0 * stride + j - left, 0),
+                      (b, h1 * stride + i - top + 1, w1 * stride + j - left + 1, c),
+                      (1, stride, stride, 1))
+      yield i, j, jnp.pad(tap, ((0, 0), (h0, out_h - 1 - h1), (w0, out_w - 1 - w1), (0, 0)))
+
+
+def _depthwise_forward(x, kernel, stride):
+  """sum_ij x_ij * kernel[i, j, 0], accumulated in float32 or wider."""
+  acc = _accumulator(x.dtype)
+  out = None
+  for i, j, tap in _taps(x, kernel.shape[0], stride):
+    term = tap.astype(acc) * kernel[i, j, 0].astype(acc)
+    out = term if out is None else out + term
+  return out.astype(x.dtype)
+
+
+# Bytes of input per step of the depthwise kernel gradient's loop over the
+# batch: the k * k shifted products of a step stay in cache instead of being
+# written out whole (2-3x faster backward at [32-128, 64, 64, 96] on 2 cores).
+DEPTHWISE_GRAD_CHUNK_BYTES = 2 << 20
+
+
+def _batch_chunk(x) -> int:
+  """The largest divisor of the batch whose slice of x fits the chunk bytes (>= 1)."""
+  per_example = math.prod(x.shape[1:]) * x.dtype.itemsize
+  fit = max(1, DEPTHWISE_GRAD_CHUNK_BYTES // per_example)
+  return max(d for d in range(1, min(fit, x.shape[0]) + 1) if x.shape[0] % d == 0)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def depthwise_conv(x, kernel, stride: int):
+  """Depthwise SAME conv: x [B,H,W,C], kernel [k,k,1,C] (HWIO, C groups) -> [B,H',W',C].
+
+  The same function as lax.conv_general_dilated(x, kernel, (stride, stride),
+  'SAME', feature_group_count=C) in NHWC/HWIO, as k * k shifted multiply-adds
+  that XLA fuses into one loop. Reverse mode only (custom VJP).
+  """
+  return _depthwise_forward(x, kernel, stride)
+
+
+def _depthwise_fwd(x, kernel, stride):
+  return _depthwise_forward(x, kernel, stride), (x, kernel)
+
+
+def _depthwise_bwd(stride, residuals, g):
+  x, kernel = residuals
+  k = kernel.shape[0]
+  # The input gradient: the transpose of the (linear in x) forward.
+  dx, = jax.linear_transpose(lambda x: _depthwise_forward(x, kernel, stride), x)(g)
+  # The kernel gradient, dk[i, j, 0, c] = sum_bhw x_ij * g, in a loop over
+  # batch chunks: left to autodiff, XLA writes out every shifted x_ij whole.
+  # Chunk s holds examples s, s + steps, ...: a batch sharded over devices
+  # stays sharded (on the outer axis) and the loop runs over local data.
+  acc = _accumulator(x.dtype)
+  chunk = _batch_chunk(x)
+  steps = x.shape[0] // chunk
+  xs, gs = (a.reshape((chunk, steps) + a.shape[1:]) for a in (x, g))
+
+  def step(s, total):
+    xc, gc = (lax.dynamic_index_in_dim(a, s, axis=1, keepdims=False) for a in (xs, gs))
+    gc = gc.astype(acc)
+    sums = [jnp.sum(tap.astype(acc) * gc, axis=(0, 1, 2)) for _, _, tap in _taps(xc, k, stride)]
+    return total + jnp.stack(sums)
+
+  dk = lax.fori_loop(0, steps, step, jnp.zeros((k * k, x.shape[-1]), acc))
+  return dx, dk.reshape(kernel.shape).astype(kernel.dtype)
+
+
+depthwise_conv.defvjp(_depthwise_fwd, _depthwise_bwd)
+
+
+def pointwise_conv(x, kernel, stride: int = 1):
+  """1x1 SAME conv as one [B*H*W, Cin] @ [Cin, Cout] matmul (a 4-D dot_general is slower)."""
+  x = x[:, ::stride, ::stride]  # A 1x1 SAME conv never pads.
+  b, h, w, c = x.shape
+  y = jnp.dot(x.reshape(b * h * w, c), kernel.reshape(c, -1),
+              preferred_element_type=_accumulator(x.dtype))
+  return y.reshape(b, h, w, -1).astype(x.dtype)
+
+
+def patches_conv(x, kernel, stride: int):
+  """Dense k x k SAME conv as [B*H'*W', k*k*Cin] patches @ [k*k*Cin, Cout] (im2col)."""
+  k = kernel.shape[0]
+  patches = jnp.concatenate([tap for _, _, tap in _taps(x, k, stride)], axis=-1)
+  return pointwise_conv(patches, kernel.reshape(1, 1, -1, kernel.shape[-1]))
+
+
+def xla_conv(x, kernel, stride: int, groups: int = 1):
+  """What nn.Conv computes: lax.conv_general_dilated, SAME, NHWC / HWIO."""
+  return lax.conv_general_dilated(
+      x, kernel, (stride, stride), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"),
+      feature_group_count=groups)
+
+
+def conv2d(x, kernel, stride: int, groups: int, impl: str):
+  """SAME conv of x [B,H,W,Cin] with an HWIO kernel by impl ('xla' | 'fast' | 'auto')."""
+  impl = resolve_conv_impl(impl)
+  k, _, per_group, features = kernel.shape
+  if impl == "xla":
+    return xla_conv(x, kernel, stride, groups)
+  if groups == 1 and k == 1:
+    return pointwise_conv(x, kernel, stride)
+  if groups == 1:
+    return patches_conv(x, kernel, stride)
+  if per_group == 1 and groups == features == x.shape[-1]:
+    return depthwise_conv(x, kernel, stride)
+  return xla_conv(x, kernel, stride, groups)  # Grouped convs: not in EfficientNet.
+
+
+class Conv(nn.Module):
+  """nn.Conv with SAME padding: the same 'kernel' [k, k, Cin / groups, features]
+  and 'bias' [features] params (declared in the same order, so the same init
+  values), dtype promotion and maths, computed by `impl` (see conv2d)."""
+  features: int
+  kernel_size: int = 1
+  strides: int = 1
+  feature_group_count: int = 1
+  use_bias: bool = False
+  kernel_init: Callable = nn.initializers.lecun_normal()
+  bias_init: Callable = nn.initializers.zeros
+  dtype: Any = None
+  param_dtype: Any = jnp.float32
+  impl: str = "auto"
+
+  @nn.compact
+  def __call__(self, inputs):
+    k, groups = self.kernel_size, self.feature_group_count
+    kernel = self.param("kernel", self.kernel_init,
+                        (k, k, inputs.shape[-1] // groups, self.features), self.param_dtype)
+    bias = (self.param("bias", self.bias_init, (self.features,), self.param_dtype)
+            if self.use_bias else None)
+    inputs, kernel, bias = nn.dtypes.promote_dtype(inputs, kernel, bias, dtype=self.dtype)
+    y = conv2d(inputs, kernel, self.strides, groups, self.impl)
+    return y if bias is None else y + bias
+
+
 def _conv(features, names, kernel=1, strides=1, use_bias=False, **kw):
   """SAME-padded conv with the reference's init N(0, 2 / fan_out), named axes."""
   # The reference's fan_out is k * k * out_channels of its kernel; a depthwise
   # kernel there is [k, k, C, 1], so its fan_out is k * k, which is our fan_in.
   mode = "fan_in" if names == DEPTHWISE else "fan_out"
-  return nn.Conv(
-      features, (kernel, kernel), strides=strides, padding="SAME", use_bias=use_bias,
+  return Conv(
+      features, kernel, strides=strides, use_bias=use_bias,
       kernel_init=nn.with_logical_partitioning(
           nn.initializers.variance_scaling(2.0, mode, "normal"), names),
       bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("conv_out",)),
@@ -107,27 +316,29 @@ class MBConv(nn.Module):
   bn_momentum: float = 0.99
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
+  conv_impl: str = "auto"  # 'auto' | 'xla' | 'fast': see the module docstring.
 
   @nn.compact
   def __call__(self, inputs, train: bool):
     kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
+    conv = functools.partial(_conv, impl=self.conv_impl, **kw)
     bn = lambda name: _batch_norm(train, self.bn_momentum, name, **kw)
     mid = self.in_filters * self.expand_ratio
     x = inputs
     if self.expand_ratio != 1:
-      x = _conv(mid, CONV, name="expand_conv", **kw)(x)
+      x = conv(mid, CONV, name="expand_conv")(x)
       x = nn.swish(bn("expand_bn")(x))
-    x = _conv(mid, DEPTHWISE, kernel=self.kernel, strides=self.stride,
-              feature_group_count=mid, name="depthwise_conv", **kw)(x)
+    x = conv(mid, DEPTHWISE, kernel=self.kernel, strides=self.stride,
+             feature_group_count=mid, name="depthwise_conv")(x)
     x = nn.swish(bn("depthwise_bn")(x))
     if self.se_ratio:
       # Squeeze width comes from the block's input filters, as in the reference.
       squeezed = max(1, int(self.in_filters * self.se_ratio))
       s = jnp.mean(x, axis=(1, 2), keepdims=True)
-      s = nn.swish(_conv(squeezed, CONV, use_bias=True, name="se_reduce", **kw)(s))
-      s = _conv(mid, CONV, use_bias=True, name="se_expand", **kw)(s)
+      s = nn.swish(conv(squeezed, CONV, use_bias=True, name="se_reduce")(s))
+      s = conv(mid, CONV, use_bias=True, name="se_expand")(s)
       x = x * nn.sigmoid(s)
-    x = _conv(self.out_filters, CONV, name="project_conv", **kw)(x)
+    x = conv(self.out_filters, CONV, name="project_conv")(x)
     x = bn("project_bn")(x)
     if self.stride == 1 and self.in_filters == self.out_filters:
       # Drop-connect: drop the whole residual branch per example.
@@ -148,6 +359,7 @@ class EfficientNet(nn.Module):
   bn_momentum: float = 0.99
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
+  conv_impl: str = "auto"  # 'auto' | 'xla' | 'fast': see the module docstring.
 
   @property
   def output_dim(self) -> int:
@@ -171,14 +383,17 @@ class EfficientNet(nn.Module):
 
   @nn.compact
   def __call__(self, images, train: bool):
+    check_conv_impl(self.conv_impl)
     kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
-    x = _conv(round_filters(STEM_FILTERS, self.width), CONV, kernel=3, strides=2,
-              name="stem_conv", **kw)(images)
+    conv = functools.partial(_conv, impl=self.conv_impl, **kw)
+    x = conv(round_filters(STEM_FILTERS, self.width), CONV, kernel=3, strides=2,
+             name="stem_conv")(images)
     x = nn.swish(_batch_norm(train, self.bn_momentum, "stem_bn", **kw)(x))
     for i, args in enumerate(self.blocks()):
-      x = MBConv(**args, bn_momentum=self.bn_momentum, name=f"block_{i}", **kw)(x, train)
+      x = MBConv(**args, bn_momentum=self.bn_momentum, conv_impl=self.conv_impl,
+                 name=f"block_{i}", **kw)(x, train)
     if self.include_head:
-      x = _conv(self.output_dim, CONV, name="head_conv", **kw)(x)
+      x = conv(self.output_dim, CONV, name="head_conv")(x)
       x = nn.swish(_batch_norm(train, self.bn_momentum, "head_bn", **kw)(x))
     features = jnp.mean(x, axis=(1, 2))
     aux = {}
@@ -197,7 +412,10 @@ class EfficientNet(nn.Module):
 
 
 def from_config(image_config, dtype, param_dtype) -> EfficientNet:
-  """config.model.image -> EfficientNet; coefficient fields override the variant."""
+  """config.model.image -> EfficientNet; coefficient fields override the variant.
+
+  conv_impl is read with .get (default 'auto') so configs without the field work.
+  """
   if image_config.variant not in VARIANTS:
     raise config_lib.ConfigError(
         f"config.model.image.variant: {image_config.variant!r} not in {sorted(VARIANTS)}")
@@ -211,4 +429,5 @@ def from_config(image_config, dtype, param_dtype) -> EfficientNet:
       include_head=image_config.include_head,
       num_classes=image_config.num_classes,
       bn_momentum=image_config.bn_momentum,
+      conv_impl=check_conv_impl(image_config.get("conv_impl", "auto")),
       dtype=dtype, param_dtype=param_dtype)

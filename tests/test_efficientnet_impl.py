@@ -1,0 +1,254 @@
+"""EfficientNet conv implementations ('xla', 'fast', 'auto') are one function.
+
+Outputs and gradients (w.r.t. params and inputs) of 'fast' are compared with
+'xla' (lax.conv_general_dilated, as nn.Conv), to 1e-5 in float32, on every
+depthwise kernel size and stride of the B0 table with odd, even and 1-pixel
+sizes, and on the pointwise, squeeze-excite and stem convs; then the whole
+tiny EfficientNet in training mode (batch stats). 'auto' is 'fast' on the CPU:
+its programs are checked to be the same. The param trees are the same, and
+the same as nn.Conv's, so a checkpoint of one implementation loads into the
+other. Everything is compiled as few times as possible: CPU compiles dominate.
+"""
+
+import functools
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from mural import config_lib
+from mural.models import efficientnet
+
+
+def assert_close(actual, expected, tol, floor=0.0, what=""):
+  """|a - e| <= tol * (|e| + max |e|) + floor, elementwise (relative to the array's scale)."""
+  actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
+  assert actual.shape == expected.shape, what
+  scale = np.abs(expected).max() if expected.size else 0.0
+  np.testing.assert_allclose(actual, expected, rtol=tol, atol=tol * scale + floor, err_msg=what)
+
+
+def assert_trees_close(actual, expected, tol, floor=0.0):
+  assert jax.tree.structure(actual) == jax.tree.structure(expected)
+  for (path, a), e in zip(jax.tree_util.tree_leaves_with_path(actual), jax.tree.leaves(expected)):
+    assert_close(a, e, tol, floor, what=jax.tree_util.keystr(path))
+
+
+def shapes_and_names(variables):
+  """{path: (shape, dtype, logical names)} of a (boxed) variable tree."""
+  leaves = jax.tree_util.tree_leaves_with_path(
+      variables, is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned))
+  return {jax.tree_util.keystr(path): (x.value.shape, x.value.dtype, x.names)
+          if isinstance(x, nn.LogicallyPartitioned) else (x.shape, x.dtype, None)
+          for path, x in leaves}
+
+
+def test_auto_is_fast_on_cpu_and_bad_values_name_the_config_field():
+  assert jax.default_backend() == "cpu"
+  assert efficientnet.resolve_conv_impl("auto") == "fast"
+  assert [efficientnet.resolve_conv_impl(i) for i in ("xla", "fast")] == ["xla", "fast"]
+  for bad in ("XLA", "onednn", None):
+    with pytest.raises(config_lib.ConfigError, match=r"^config\.model\.image\.conv_impl: "):
+      efficientnet.check_conv_impl(bad)
+  fields = config_lib.base_config().model.image.to_dict()
+  fields.pop("conv_impl", None)  # Configs from before the field: 'auto'.
+  section = ml_collections.ConfigDict(fields)
+  assert efficientnet.from_config(section, jnp.float32, jnp.float32).conv_impl == "auto"
+  section.conv_impl = "xla"
+  assert efficientnet.from_config(section, jnp.float32, jnp.float32).conv_impl == "xla"
+  section.conv_impl = "cudnn"
+  with pytest.raises(config_lib.ConfigError, match=r"^config\.model\.image\.conv_impl: 'cudnn'"):
+    efficientnet.from_config(section, jnp.float32, jnp.float32)
+  net = efficientnet.EfficientNet(0.25, 0.25, 0.2, conv_impl="cudnn")
+  with pytest.raises(config_lib.ConfigError, match=r"conv_impl"):
+    jax.eval_shape(lambda: net.init(jax.random.key(0), jnp.zeros((1, 32, 32, 3)), train=False))
+
+
+# (height, width, channels, features, kernel, stride, groups, bias): every depthwise
+# kernel/stride of the B0 table on even, odd and mixed sizes, 1 and 2 pixels (taps
+# that see only padding), pointwise convs (squeeze-excite: 1 x 1 pixel, with a
+# bias), the dense 3x3 / 2 stem conv on even and odd sizes.
+CASES = [(h, w, 8, 8, k, s, 8, False) for k in (3, 5) for s in (1, 2)
+         for h, w in ((8, 8), (7, 7), (9, 6))]
+CASES += [(1, 1, 8, 8, 5, 2, 8, False), (3, 2, 8, 8, 5, 2, 8, False),
+          (8, 8, 16, 24, 1, 1, 1, False), (7, 5, 12, 40, 1, 1, 1, True),
+          (1, 1, 24, 6, 1, 1, 1, True), (8, 8, 3, 16, 3, 2, 1, False),
+          (9, 7, 3, 16, 3, 2, 1, False)]
+
+
+def _conv(impl, case):
+  _, _, _, features, kernel, stride, groups, bias = case
+  init = nn.initializers.normal(1.0)  # Non-zero biases: their gradient is checked too.
+  return efficientnet.Conv(features, kernel, stride, groups, bias, kernel_init=init,
+                           bias_init=init, impl=impl)
+
+
+def _conv_inputs():
+  """Per case: inputs, output cotangents and variables (NumPy: jax.random compiles per shape)."""
+  rng = np.random.default_rng(0)
+  normal = lambda *shape: jnp.asarray(rng.normal(size=shape), jnp.float32)
+  xs, cts, variables = [], [], []
+  for h, w, c, features, kernel, stride, groups, bias in CASES:
+    xs.append(normal(3, h, w, c))
+    cts.append(normal(3, -(-h // stride), -(-w // stride), features))
+    params = {"kernel": normal(kernel, kernel, c // groups, features)}
+    if bias:
+      params["bias"] = normal(features)
+    variables.append({"params": params})
+  return xs, cts, variables
+
+
+@jax.jit
+def _conv_inits(x):
+  """(nn.Conv's variables, ours per impl) from the same key, per kind of conv."""
+  out = []
+  for features, kernel, stride, groups, bias in ((8, 3, 1, 8, False), (8, 5, 2, 8, False),
+                                                 (6, 1, 1, 1, True), (6, 3, 2, 1, True)):
+    reference = nn.Conv(features, (kernel, kernel), strides=stride, padding="SAME",
+                        feature_group_count=groups, use_bias=bias,
+                        kernel_init=nn.initializers.normal(1.0),
+                        bias_init=nn.initializers.normal(1.0))
+    case = (None, None, None, features, kernel, stride, groups, bias)
+    out.append((reference.init(jax.random.key(1), x),
+                {impl: _conv(impl, case).init(jax.random.key(1), x)
+                 for impl in efficientnet.CONV_IMPLS}))
+  return out
+
+
+def _conv_vjps(impl, variables, xs, cts):
+  """Per case: (y, (d<y, ct>/d variables, d<y, ct>/dx))."""
+  out = []
+  for case, v, x, ct in zip(CASES, variables, xs, cts):
+    y, pull = jax.vjp(_conv(impl, case).apply, v, x)
+    out.append((y, pull(ct)))
+  return out
+
+
+def test_conv_implementations_match_xla_and_nn_conv():
+  # Same param names, shapes and init values as nn.Conv: old checkpoints load.
+  for reference, ours in _conv_inits(jnp.ones((2, 7, 6, 8))):
+    for impl in efficientnet.CONV_IMPLS:
+      jax.tree.map(np.testing.assert_array_equal, ours[impl], reference)
+  xs, cts, variables = _conv_inputs()
+  nn_conv = jax.jit(lambda vs, xs: [
+      nn.Conv(c[3], (c[4], c[4]), strides=c[5], padding="SAME", feature_group_count=c[6],
+              use_bias=c[7]).apply(v, x) for c, v, x in zip(CASES, vs, xs)])(variables, xs)
+  vjps = jax.jit(_conv_vjps, static_argnums=0)
+  expected, fast = vjps("xla", variables, xs, cts), vjps("fast", variables, xs, cts)
+  for case, y, want, got in zip(CASES, nn_conv, expected, fast):
+    assert_close(want[0], y, 1e-6, what=f"xla vs nn.Conv {case}")
+    assert_trees_close(got, want, 1e-5)
+  # 'auto' is 'fast' here: the same program.
+  jaxpr = lambda impl: str(jax.make_jaxpr(functools.partial(_conv_vjps, impl))(
+      variables, xs, cts))
+  assert jaxpr("auto") == jaxpr("fast") != jaxpr("xla")
+
+
+def test_fast_conv_keeps_bf16_and_sums_in_float32():
+  x = jax.random.normal(jax.random.key(0), (2, 6, 6, 8), jnp.bfloat16)
+  depthwise = jax.random.normal(jax.random.key(1), (3, 3, 1, 8), jnp.bfloat16)
+  pointwise = jax.random.normal(jax.random.key(2), (1, 1, 8, 4), jnp.bfloat16)
+
+  @jax.jit
+  def both(x):
+    exact = lambda a, k, s, g: efficientnet.xla_conv(
+        a.astype(jnp.float32), k.astype(jnp.float32), s, g)
+    return ((efficientnet.conv2d(x, depthwise, 2, 8, "fast"), exact(x, depthwise, 2, 8)),
+            (efficientnet.conv2d(x, pointwise, 1, 1, "fast"), exact(x, pointwise, 1, 1)))
+
+  for fast, exact in both(x):
+    assert fast.dtype == jnp.bfloat16
+    # Only the output is rounded to bf16 (8 bits): sums are float32, as XLA's.
+    np.testing.assert_allclose(np.asarray(fast, np.float32), exact, rtol=2 ** -8, atol=1e-6)
+
+
+def _tiny(impl, dtype=jnp.float32):
+  """The B0 table at width/depth 0.25 with the head conv, no stochastic depth."""
+  return efficientnet.EfficientNet(0.25, 0.25, 0.2, stochastic_depth_rate=0.0,
+                                   include_head=True, conv_impl=impl, dtype=dtype,
+                                   param_dtype=dtype)
+
+
+IMAGES = (16, 32, 32, 3)
+
+
+@pytest.fixture(scope="module")
+def tiny_variables():
+  """Variables of the tiny net, filled from NumPy: random init would compile ~100
+  RNG programs. He-scaled kernels; batch norm and biases near their init."""
+  shapes = jax.eval_shape(lambda: _tiny("xla").init(jax.random.key(0), jnp.zeros(IMAGES),
+                                                    train=False))
+  rng = np.random.default_rng(0)
+
+  def fill(path, leaf):
+    name, shape = jax.tree_util.keystr(path[-1:]), leaf.shape
+    if name == "['kernel']":
+      value = rng.normal(size=shape) * math.sqrt(2 / math.prod(shape[:-1]))
+    elif name in ("['scale']", "['var']"):
+      value = 1 + 0.1 * np.abs(rng.normal(size=shape))
+    else:  # Biases and running means.
+      value = 0.1 * rng.normal(size=shape)
+    return np.asarray(value, np.float32)
+
+  return shapes, jax.tree_util.tree_map_with_path(fill, nn.unbox(shapes))
+
+
+def test_param_trees_are_identical(tiny_variables):
+  shapes, _ = tiny_variables
+  expected = shapes_and_names(shapes)
+  # One block per B0 stage at depth 0.25, each with its depthwise conv.
+  assert sum(k.endswith("['depthwise_conv']['kernel']") for k in expected) == 7
+  assert expected["['params']['block_1']['depthwise_conv']['kernel']"] == (
+      (3, 3, 1, 48), jnp.float32, efficientnet.DEPTHWISE)
+  assert expected["['params']['stem_conv']['kernel']"][2] == efficientnet.CONV
+  for impl in ("fast", "auto"):
+    mine = jax.eval_shape(lambda impl=impl: _tiny(impl).init(
+        jax.random.key(0), jnp.zeros(IMAGES), train=False))
+    assert shapes_and_names(mine) == expected, impl
+
+
+def _train_step(model, variables, images, weights):
+  """(loss, features, new batch stats) and d loss / d(params, images), train=True."""
+  def loss(params, images):
+    (features, _), state = model.apply(
+        {"params": params, "batch_stats": variables["batch_stats"]}, images, train=True,
+        mutable=["batch_stats"])
+    return jnp.sum(jnp.tanh(features) * weights), (features, state["batch_stats"])
+  return jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(variables["params"], images)
+
+
+def test_tiny_efficientnet_train_step_matches_xla(tiny_variables, dtype=jnp.float32):
+  """Loss, features, batch stats and gradients w.r.t. params and images, train=True.
+
+  The same variables drive both implementations (a checkpoint of one loads in the
+  other). Tolerance: this net's float32 gradients are themselves up to ~2e-5
+  (relative to each array's largest entry) from float64 ones, whichever
+  implementation computes them (batch norm over 16 numbers at the 1 x 1 stages
+  amplifies rounding), so two float32 implementations agree to 5e-5, not 1e-5
+  (in float64 they agree to ~3e-14; dtype=jnp.float64 under jax.enable_x64 runs
+  that, 20 s more). A wiring bug (padding, stride, a transposed kernel) is off by
+  1e-2 or more. The absolute floor covers gradients that are zero in exact
+  arithmetic (a projection's batch-norm bias when the next batch norm removes the
+  mean), where both carry only rounding noise (~1e-5 here).
+  """
+  _, variables = tiny_variables
+  with jax.enable_x64(dtype == jnp.float64):
+    variables = jax.tree.map(lambda a: jnp.asarray(a, dtype), variables)
+    images = jax.random.normal(jax.random.key(1), IMAGES, dtype)
+    weights = jax.random.normal(jax.random.key(2), (_tiny("xla").output_dim,), dtype)
+    step = jax.jit(_train_step, static_argnums=0)
+    expected = step(_tiny("xla", dtype), variables, images, weights)
+    got = step(_tiny("fast", dtype), variables, images, weights)
+    # Training mode: the batch statistics move.
+    assert not np.allclose(expected[0][1][1]["stem_bn"]["mean"],
+                           variables["batch_stats"]["stem_bn"]["mean"])
+    tol, floor = (1e-5, 1e-10) if dtype == jnp.float64 else (5e-5, 1e-4)
+    assert_trees_close(got, expected, tol, floor)
+    # 'auto' is 'fast' here: the same program.
+    jaxpr = lambda impl: str(jax.make_jaxpr(functools.partial(_train_step, _tiny(impl, dtype)))(
+        variables, images, weights))
+    assert jaxpr("auto") == jaxpr("fast")
