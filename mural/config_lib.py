@@ -38,6 +38,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.image.include_head = False  # 1x1 head conv (1280 * width) before pooling.
   c.model.image.num_classes = 0  # >0 adds the classifier (param-count checks only).
   c.model.image.bn_momentum = 0.99  # Running-stat decay (TF reference; epsilon fixed at 1e-3).
+  # Convolution maths: 'auto' (shifted adds + matmuls on CPU, where XLA's
+  # convs are slow; XLA's conv elsewhere) | 'xla' | 'fast'. Same parameters.
+  c.model.image.conv_impl = "auto"
 
   c.model.text = ml_collections.ConfigDict()
   c.model.text.name = "bert"  # Key of mural.models.TEXT_TOWERS.
