@@ -5,11 +5,31 @@ whole TrainState, sharded arrays written by every process) and 'data' (every
 process's input-pipeline state, as JSON). `StopRequest` turns SIGTERM into a
 checkpoint at the next step boundary. `restore_params(workdir)` reads the
 model variables of a checkpoint without the config that wrote it.
+
+A checkpoint that cannot be read (a file truncated or missing, a step
+directory emptied) does not end the run: `Checkpoints.restore_latest` moves
+the step aside to checkpoints/<step>.corrupt-<UTC time> (a name orbax does
+not list; nothing is deleted), logs one warning line with the step and the
+first line of the error, and restores the step before it, until one reads.
+With none left it raises FileNotFoundError, and keeps doing so while moved
+steps sit there and no readable one exists: a run never silently starts over
+from step 0. Not corrupt, so nothing is moved: a step that reads but does not
+fit the config (ValueError naming the first difference), and a restore that
+fails on the device or host rather than on a file (out of memory:
+TrainingError). Every process tries the step, they compare outcomes, and all
+fall back if any could not read it; only process 0 renames. Evaluation
+(`move_aside=False`) falls back the same way but leaves the workdir as is.
 """
 
+import contextlib
+import gc
+import logging as std_logging
+import os
 import signal
+import sys
 import threading
-from typing import Any, Optional
+import time
+from typing import Any, List, Optional, Tuple
 
 import jax
 import numpy as np
@@ -20,7 +40,7 @@ from etils import epath
 from jax.experimental import multihost_utils
 
 from mural import sharding
-from mural.state import TrainState
+from mural.state import TrainingError, TrainState
 
 
 def _use_distributed_barriers():
@@ -41,6 +61,197 @@ def directory(workdir: str) -> epath.Path:
   return epath.Path(workdir) / "checkpoints"
 
 
+CORRUPT_MARK = ".corrupt-"  # checkpoints/<step>.corrupt-<time>: a step moved aside.
+
+
+class _Unfit(ValueError):
+  """The checkpoint reads but was written for another model or optimizer."""
+
+
+class _ReadError(Exception):
+  """Reading one part of a step failed: `what` names the part, the cause says how."""
+
+  def __init__(self, what: str):
+    super().__init__(what)
+    self.what = what
+
+
+@contextlib.contextmanager
+def _reading(what: str):
+  try:
+    yield
+  except _Unfit:
+    raise
+  except Exception as e:  # pylint: disable=broad-exception-caught
+    raise _ReadError(what) from e
+
+
+def _one_line(e: BaseException) -> str:
+  """'[part: ]Type: first line' of the innermost cause (orbax wraps tensorstore's error in a spec dump)."""
+  prefix = f"{e.what}: " if isinstance(e, _ReadError) else ""
+  while e.__cause__ is not None:
+    e = e.__cause__
+  lines = str(e).strip().splitlines()
+  text = lines[0] if lines else ""
+  text = text.split(" [tensorstore_spec", 1)[0]
+  if len(text) > 400:
+    text = text[:200] + " ... " + text[-195:]
+  return prefix + (f"{type(e).__name__}: {text}" if text else type(e).__name__)
+
+
+def _not_the_checkpoint_files(e: BaseException) -> bool:
+  """Whether a failed restore failed on the device or host (out of memory, ...), not on a file."""
+  seen = set()
+  while e is not None and id(e) not in seen:
+    seen.add(id(e))
+    if isinstance(e, (MemoryError, jax.errors.JaxRuntimeError)):
+      return True
+    e = e.__cause__ or e.__context__
+  return False
+
+
+def _path_key(k) -> str:
+  for attr in ("key", "name", "idx"):
+    if hasattr(k, attr):
+      return str(getattr(k, attr))
+  return str(k)
+
+
+def _flat(tree) -> dict:
+  return {"/".join(_path_key(k) for k in path): leaf
+          for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+def _misfit(stored_tree, target) -> Optional[str]:
+  """How the checkpoint's arrays differ from the config's (None: same names and shapes)."""
+  stored, wanted = _flat(stored_tree), _flat(target)
+  problems = [f"{k}: stored shape {tuple(stored[k].shape)}, this config {tuple(wanted[k].shape)}"
+              for k in wanted if k in stored and tuple(stored[k].shape) != tuple(wanted[k].shape)]
+  problems += [f"{k}: not in the checkpoint" for k in wanted if k not in stored]
+  problems += [f"{k}: in the checkpoint, not in this config" for k in stored if k not in wanted]
+  if not problems:
+    return None
+  more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+  return problems[0] + more
+
+
+def _in_orbax(filename: str) -> bool:
+  return "orbax" in filename.split(os.sep)
+
+
+def _raised_in_orbax(exc: Optional[BaseException]) -> bool:
+  """Whether `exc` or an exception it chains to was raised in orbax's code."""
+  seen = set()
+  while exc is not None and id(exc) not in seen:
+    seen.add(id(exc))
+    tb = exc.__traceback__
+    while tb is not None:
+      if _in_orbax(tb.tb_frame.f_code.co_filename):
+        return True
+      tb = tb.tb_next
+    exc = exc.__cause__ or exc.__context__
+  return False
+
+
+_reads: set = set()  # Step directories read (or being read) here: their debris is dropped.
+
+
+def _about_a_read(exc: Optional[BaseException], text: str = "") -> bool:
+  """Whether `exc` (or `text`) comes from an orbax read of one of `_reads`."""
+  if exc is not None:
+    text += str(exc)
+  return _raised_in_orbax(exc) or any(path in text for path in _reads)
+
+
+def _is_abandoned_read(unraisable) -> bool:
+  """Debris of an orbax read that failed part-way.
+
+  orbax reads every array in one asyncio.gather on a private event loop; when
+  one read fails it closes the loop with the others in flight. Their
+  tensorstore callbacks then hit 'Event loop is closed', and their coroutines
+  and futures are collected with exceptions nobody retrieved: dozens of
+  tracebacks, some at interpreter exit, long after the error was handled.
+  """
+  exc = unraisable.exc_value
+  if isinstance(exc, RuntimeError) and str(exc) == "Event loop is closed":
+    return True
+  code = getattr(unraisable.object, "cr_code", None)
+  return (code is not None and _in_orbax(code.co_filename)) or _about_a_read(exc)
+
+
+class _AbandonedTaskLogs(std_logging.Filter):
+  """asyncio's '... exception was never retrieved' for the tasks and futures of a failed read."""
+
+  def filter(self, record):
+    exc = record.exc_info[1] if record.exc_info else None
+    return not (os.sep + "orbax" + os.sep in record.getMessage()
+                or _about_a_read(exc, record.getMessage()))
+
+
+class _StepMetadataLogs(std_logging.Filter):
+  """orbax's complaints about a step's _CHECKPOINT_METADATA (a missing file, its whole text when
+  it does not parse) while it lists steps. That file holds only timestamps: a step
+  that is really broken gets its own one-line warning when it is restored."""
+
+  def filter(self, record):
+    return not record.pathname.endswith(os.path.join("orbax", "checkpoint", "_src", "metadata",
+                                                     "checkpoint.py"))
+
+
+@contextlib.contextmanager
+def _listing():
+  logger, quiet = std_logging.getLogger("absl"), _StepMetadataLogs()
+  logger.addFilter(quiet)
+  try:
+    yield
+  finally:
+    logger.removeFilter(quiet)
+
+
+_failed_reads = 0  # In this process: once one failed, its debris may show up until exit.
+
+
+def _drop_abandoned_reads(hook):
+  def quiet(unraisable):
+    if not _is_abandoned_read(unraisable):
+      hook(unraisable)
+  quiet.mural_quiet = True
+  return quiet
+
+
+@contextlib.contextmanager
+def _quiet_failed_read(path: epath.Path):
+  """Around a read of step directory `path`: drops the debris of a failed read (see
+  _is_abandoned_read).
+
+  The filters go up before the read (debris can come while orbax shuts its
+  event loop down, before the error reaches us) and stay for the rest of the
+  process once a read has failed (more comes as the coroutines and futures
+  are collected, some at exit).
+  """
+  global _failed_reads
+  _reads.add(str(path))
+  previous, quiet = sys.unraisablehook, None
+  if not getattr(previous, "mural_quiet", False):
+    quiet = sys.unraisablehook = _drop_abandoned_reads(previous)
+  asyncio_logger = std_logging.getLogger("asyncio")
+  if not any(isinstance(f, _AbandonedTaskLogs) for f in asyncio_logger.filters):
+    asyncio_logger.addFilter(_AbandonedTaskLogs())
+  try:
+    yield
+  except _Unfit:
+    _reads.discard(str(path))  # Found before any array is read: no debris.
+    raise
+  except Exception:
+    _failed_reads += 1
+    raise
+  else:
+    _reads.discard(str(path))
+  finally:
+    if quiet is not None and not _failed_reads and sys.unraisablehook is quiet:
+      sys.unraisablehook = previous
+
+
 class Checkpoints:
   """ocp.CheckpointManager over workdir/checkpoints: items 'state' and 'data'."""
 
@@ -48,13 +259,113 @@ class Checkpoints:
     if jax.process_count() > 1:
       _use_distributed_barriers()
     self.directory = directory(workdir)
-    self._manager = ocp.CheckpointManager(
-        self.directory,
-        options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
-                                             enable_async_checkpointing=True))
+    with _listing():
+      self._manager = ocp.CheckpointManager(
+          self.directory,
+          options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
+                                               enable_async_checkpointing=True))
 
   def latest_step(self) -> Optional[int]:
     return self._manager.latest_step()
+
+  def moved_aside(self) -> List[str]:
+    """Names of the steps moved aside as unreadable, newest first."""
+    if not self.directory.exists():
+      return []
+    names = [p.name for p in self.directory.iterdir() if CORRUPT_MARK in p.name]
+    step = lambda name: int(name.split(".")[0]) if name.split(".")[0].isdigit() else -1
+    return sorted(names, key=lambda name: (step(name), name), reverse=True)
+
+  def restore_latest(self, abstract_state: TrainState, shardings: TrainState, *,
+                     move_aside: bool = True) -> Tuple[Optional[int], Any, Optional[dict]]:
+    """(step, state, this process's data state) of the newest step that reads; (None, None, None)
+    when there is no checkpoint.
+
+    A step that cannot be read is moved aside (only when `move_aside`:
+    evaluation leaves the workdir as it is and just reads the step before),
+    with one warning line, and the previous step is tried. Raises
+    FileNotFoundError when steps were there but none reads, ValueError when
+    a step reads but was written for another model or optimizer, and
+    TrainingError when a restore fails for another reason than its files.
+    """
+    steps = sorted(sharding.allgather_json(list(self._manager.all_steps()))[0], reverse=True)
+    failed = []
+    for step in steps:
+      report, state, data = self._try_restore(step, abstract_state, shardings)
+      reports = sharding.allgather_json(report)  # Every process's outcome, on every process.
+      found = lambda kind: [r["message"] for r in reports if r["kind"] == kind]
+      if found("unfit"):
+        raise ValueError(f"checkpoint {step} in {self.directory} was written for another model or "
+                         f"optimizer: {found('unfit')[0]}; use the config that wrote it or a new "
+                         "--workdir")
+      if found("failed"):
+        raise TrainingError(f"checkpoint {step} in {self.directory} could not be restored "
+                            f"({found('failed')[0]}); its files are not the problem and it was left "
+                            "in place")
+      unreadable = [i for i, r in enumerate(reports) if r["kind"] == "unreadable"]
+      if not unreadable:
+        return step, state, self._this_process(step, data)
+      del state, data  # Read by the processes that could: they fall back too.
+      reason = reports[unreadable[0]]["message"]
+      if len(reports) > 1:
+        reason = f"process{'es' if len(unreadable) > 1 else ''} {', '.join(map(str, unreadable))}: {reason}"
+      if move_aside:
+        where = self._move_aside(step)
+        logging.warning("Checkpoint %d cannot be read (%s): moved it aside to %s; trying the "
+                        "previous one.", step, reason, where)
+      else:
+        logging.warning("Checkpoint %d cannot be read (%s); trying the previous one.", step, reason)
+      failed.append(step)
+    aside = self.moved_aside()
+    if failed or aside:
+      found = []
+      if failed and not move_aside:
+        found.append(f"step{'s' if len(failed) > 1 else ''} {', '.join(map(str, failed))} "
+                     "cannot be read")
+      if aside:
+        found.append(f"moved aside as unreadable: {', '.join(aside)}")
+      raise FileNotFoundError(
+          f"no readable checkpoint in {self.directory} ({'; '.join(found)}); to start from "
+          "step 0, move these out of the way or use a new --workdir")
+    return None, None, None
+
+  def _try_restore(self, step, abstract_state, shardings):
+    """({'kind', 'message'}, state, data state) of one step; kind: 'ok', 'unfit' (another model),
+    'unreadable' (its files), 'failed' (not its files: out of memory, ...)."""
+    try:
+      with _quiet_failed_read(self.directory / str(step)):
+        state, data = self._read(step, abstract_state, shardings)
+      return {"kind": "ok", "message": ""}, state, data
+    except _Unfit as e:
+      return {"kind": "unfit", "message": str(e)}, None, None
+    except Exception as e:  # pylint: disable=broad-exception-caught
+      logging.debug("Reading checkpoint %d failed", step, exc_info=True)
+      kind = "failed" if _not_the_checkpoint_files(e) else "unreadable"
+      report = {"kind": kind, "message": _one_line(e)}
+    gc.collect()  # The failed read's coroutines go now (their debris is filtered), not at exit.
+    return report, None, None
+
+  def _move_aside(self, step: int) -> str:
+    """Process 0 renames checkpoints/<step> to <step>.corrupt-<time>; every process gets the name."""
+    name = None
+    if jax.process_index() == 0:
+      stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+      name = f"{step}{CORRUPT_MARK}{stamp}"
+      n = 1
+      while (self.directory / name).exists():
+        n += 1
+        name = f"{step}{CORRUPT_MARK}{stamp}-{n}"
+      try:
+        (self.directory / str(step)).rename(self.directory / name)
+      except OSError as e:
+        name = {"error": f"{type(e).__name__}: {e}"}
+    name = sharding.allgather_json(name)[0]  # Also: nobody reads on before the rename is done.
+    if isinstance(name, dict):
+      raise TrainingError(f"checkpoint {step} in {self.directory} cannot be read and cannot be moved "
+                          f"aside ({name['error']}); move it out of the way by hand")
+    with _listing():
+      self._manager.reload()  # Its cached list of steps still has this one.
+    return str(self.directory / name)
 
   def save(self, step: int, state: TrainState, data_state: dict):
     """Async: returns once arrays are copied off the device; writing goes on behind."""
@@ -63,18 +374,42 @@ class Checkpoints:
         state=ocp.args.StandardSave(state),
         data=ocp.args.JsonSave({"process_count": len(processes), "processes": processes})))
 
-  def restore(self, step: int, abstract_state: TrainState, shardings: TrainState):
-    """(state placed by `shardings`, this process's data state or None)."""
+  def _read(self, step: int, abstract_state: TrainState, shardings: TrainState):
+    """(state placed by `shardings`, the 'data' item) of `step`, or an error.
+
+    Raises _Unfit (a ValueError) when the step's arrays do not match the
+    config's names and shapes, before reading any of them. Reads with the
+    item handlers, not through the manager: the manager's restore ends in a
+    barrier across processes, which a process whose read failed never reaches.
+    """
     target = sharding.with_shardings(abstract_state, shardings)
-    restored = self._manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(target), data=ocp.args.JsonRestore()))
-    data = restored.data
+    path = self.directory / str(step)
+    handler = ocp.StandardCheckpointHandler()
+    try:
+      with _reading("state metadata"):
+        stored = handler.metadata(path / "state").tree
+      misfit = _misfit(stored, target)
+      if misfit:
+        raise _Unfit(misfit)
+      with _reading("state arrays"):
+        state = handler.restore(path / "state", args=ocp.args.StandardRestore(target))
+    finally:
+      handler.close()
+    with _reading("input state"):
+      data = ocp.JsonCheckpointHandler().restore(path / "data", args=ocp.args.JsonRestore())
+      if len(data["processes"]) != data["process_count"]:
+        raise ValueError(f"{len(data['processes'])} input states for {data['process_count']} processes")
+    return state, data
+
+  @staticmethod
+  def _this_process(step: int, data: dict) -> Optional[dict]:
+    """This process's input state in a step's 'data' item (None: written by another process count)."""
     if data["process_count"] != jax.process_count():
       logging.warning("Checkpoint %d was written by %d processes, this run has %d: the input "
                       "pipeline restarts from its beginning.", step, data["process_count"],
                       jax.process_count())
-      return restored.state, None
-    return restored.state, data["processes"][jax.process_index()]
+      return None
+    return data["processes"][jax.process_index()]
 
   def wait(self):
     self._manager.wait_until_finished()
