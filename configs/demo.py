@@ -1,4 +1,4 @@
-"""Demo: a tiny MURAL on the built-in synthetic multilingual data, ~8 min on 2 CPU cores.
+"""Demo: a tiny MURAL on the built-in synthetic multilingual data, ~5 min on 2 CPU cores.
 
     python -m mural.main --config=configs/demo.py --workdir=/tmp/mural_demo
 
