@@ -56,6 +56,39 @@ def learn_vocab(workdir) -> str:
     vocab.RECORDS_PER_SOURCE = saved
 
 
+class HookedIterator:
+  """Wraps a training iterator; `hook(batch)` runs on batch number `at` (1-based) and may replace it."""
+
+  def __init__(self, inner, at, hook):
+    self.inner, self.at, self.hook, self.count = inner, at, hook, 0
+
+  def __iter__(self):
+    return self
+
+  def __next__(self):
+    self.count += 1
+    batch = next(self.inner)
+    if self.count == self.at:
+      batch = self.hook(batch) or batch
+    return batch
+
+  def get_state(self):
+    return self.inner.get_state()
+
+  def set_state(self, state):
+    self.inner.set_state(state)
+
+  def skip_counts(self):
+    return self.inner.skip_counts()
+
+
+def sigterm(batch):
+  """A HookedIterator hook: SIGTERM this process (the trainer checkpoints and stops after the step)."""
+  import signal  # pylint: disable=g-import-not-at-top
+  os.kill(os.getpid(), signal.SIGTERM)
+  return batch
+
+
 @pytest.fixture(scope="session")
 def tiny_vocab(tmp_path_factory) -> str:
   """One vocab for every test that trains the tiny model (learning it is the slow part of set-up)."""

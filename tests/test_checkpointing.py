@@ -11,7 +11,6 @@ import logging
 import os
 import pathlib
 import shutil
-import signal
 import subprocess
 import sys
 
@@ -19,7 +18,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import ROOT, tiny_config
+from conftest import ROOT, HookedIterator, sigterm, tiny_config
 from mural import checkpointing
 from mural import train
 
@@ -49,31 +48,6 @@ def snapshot(directory):
   return {str(p.relative_to(directory)): p.read_bytes() for p in directory.rglob("*") if p.is_file()}
 
 
-class _StopAt:
-  """The real training iterator; SIGTERM to this process before batch number `at` (1-based)."""
-
-  def __init__(self, inner, at):
-    self.inner, self.at, self.count = inner, at, 0
-
-  def __iter__(self):
-    return self
-
-  def __next__(self):
-    self.count += 1
-    if self.count == self.at:
-      os.kill(os.getpid(), signal.SIGTERM)
-    return next(self.inner)
-
-  def get_state(self):
-    return self.inner.get_state()
-
-  def set_state(self, state):
-    self.inner.set_state(state)
-
-  def skip_counts(self):
-    return self.inner.skip_counts()
-
-
 @pytest.fixture(scope="module")
 def config(tiny_vocab):
   return tiny_config(tiny_vocab, **STEPS)
@@ -97,7 +71,7 @@ def stopped(config, setup, tmp_path_factory):
   """The same run stopped by SIGTERM at step 4: checkpoints 2 and 4, metrics of steps 1-4."""
   workdir = tmp_path_factory.mktemp("stopped")
   inner = train.input_pipeline(config, setup, str(workdir))[1]
-  result = train.train_and_evaluate(config, str(workdir), train_iter=_StopAt(inner, 4), evaluators=[])
+  result = train.train_and_evaluate(config, str(workdir), train_iter=HookedIterator(inner, 4, sigterm), evaluators=[])
   assert result["preempted"] and result["step"] == 4
   assert steps(workdir) == [2, 4]
   return workdir

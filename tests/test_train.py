@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import ROOT, tiny_config
+from conftest import ROOT, HookedIterator, sigterm, tiny_config
 from mural import checkpointing
 from mural import config_lib
 from mural import optim
@@ -35,32 +35,6 @@ jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 
 def read_jsonl(path):
   return [json.loads(l) for l in pathlib.Path(path).read_text().splitlines()]
-
-
-class _Iterator:
-  """Wraps the real training iterator; a hook runs before batch number `at` (1-based)."""
-
-  def __init__(self, inner, at, hook):
-    self.inner, self.at, self.hook, self.count = inner, at, hook, 0
-
-  def __iter__(self):
-    return self
-
-  def __next__(self):
-    self.count += 1
-    batch = next(self.inner)
-    if self.count == self.at:
-      batch = self.hook(batch) or batch
-    return batch
-
-  def get_state(self):
-    return self.inner.get_state()
-
-  def set_state(self, state):
-    self.inner.set_state(state)
-
-  def skip_counts(self):
-    return self.inner.skip_counts()
 
 
 def _pipeline(config, workdir):
@@ -111,9 +85,8 @@ def test_sigterm_checkpoints_and_resume_matches_uninterrupted(uninterrupted, tmp
   ends with the same losses and parameters as the run that never stopped."""
   config, full_dir, full = uninterrupted
   workdir = tmp_path / "interrupted"
-  sigterm = lambda batch: os.kill(os.getpid(), signal.SIGTERM)
   stopped = train.train_and_evaluate(
-      config, str(workdir), train_iter=_Iterator(_pipeline(config, workdir), 7, sigterm))
+      config, str(workdir), train_iter=HookedIterator(_pipeline(config, workdir), 7, sigterm))
   assert stopped["preempted"] and stopped["step"] == 7
   assert sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit()) == [5, 7]
   assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # Handler restored.
@@ -236,7 +209,7 @@ def test_non_finite_loss_names_the_step(tiny_vocab, tmp_path):
     return batch
 
   with pytest.raises(TrainingError, match=r"^step 3: the training loss is nan"):
-    train.train_and_evaluate(config, str(tmp_path), train_iter=_Iterator(_pipeline(config, tmp_path), 3, poison))
+    train.train_and_evaluate(config, str(tmp_path), train_iter=HookedIterator(_pipeline(config, tmp_path), 3, poison))
 
 
 def _main(*args, timeout=120, **env):
