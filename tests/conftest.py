@@ -57,7 +57,8 @@ def learn_vocab(workdir) -> str:
 
 
 class HookedIterator:
-  """Wraps a training iterator; `hook(batch)` runs on batch number `at` (1-based) and may replace it."""
+  """Wraps a training iterator; `hook(batch)` runs on batch number `at` (1-based; None: every
+  batch) and may replace it."""
 
   def __init__(self, inner, at, hook):
     self.inner, self.at, self.hook, self.count = inner, at, hook, 0
@@ -68,7 +69,7 @@ class HookedIterator:
   def __next__(self):
     self.count += 1
     batch = next(self.inner)
-    if self.count == self.at:
+    if self.at is None or self.count == self.at:
       batch = self.hook(batch) or batch
     return batch
 

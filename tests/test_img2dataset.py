@@ -17,7 +17,6 @@ import types
 
 import numpy as np
 import pytest
-import tensorflow as tf
 from PIL import Image
 
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")  # img2dataset imports albumentations: no update check.

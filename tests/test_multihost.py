@@ -13,7 +13,6 @@ and evaluation embedding on a mesh that spans processes.
 import argparse
 import json
 import os
-import pathlib
 import subprocess
 import sys
 import time
@@ -21,7 +20,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import ROOT, tiny_config  # ml_collections only: imports no JAX.
+from conftest import ROOT, HookedIterator, tiny_config  # ml_collections only: imports no JAX.
 # No persistent compilation cache here: a process that loads an executable
 # compiled for another process layout (the 1 x 4 reference has the same HLO)
 # runs different collectives than its peer, and gloo fails with a size mismatch.
@@ -37,33 +36,15 @@ def tiny(vocab_path):
                      shard_min_size=0)
 
 
-class ProcessSlice:
+def process_slice(inner, index, count):
   """This process's consecutive rows of every batch of a 1-process iterator."""
 
-  def __init__(self, inner, index, count):
-    self.inner, self.index, self.count = inner, index, count
+  def rows(batch):
+    n = lambda v: v.shape[0] // count
+    return {task: {k: v[index * n(v):(index + 1) * n(v)] for k, v in arrays.items()}
+            for task, arrays in batch.items()}
 
-  def __iter__(self):
-    return self
-
-  def __next__(self):
-    batch = next(self.inner)
-    out = {}
-    for task, arrays in batch.items():
-      out[task] = {}
-      for k, v in arrays.items():
-        n = v.shape[0] // self.count
-        out[task][k] = v[self.index * n:(self.index + 1) * n]
-    return out
-
-  def get_state(self):
-    return self.inner.get_state()
-
-  def set_state(self, state):
-    self.inner.set_state(state)
-
-  def skip_counts(self):
-    return self.inner.skip_counts()
+  return HookedIterator(inner, None, rows)
 
 
 def _worker():
@@ -85,7 +66,7 @@ def _worker():
   stream = pipeline.build_train_iterator(config, tasks, vocab.tokenizer(config, tasks, a.workdir),
                                          process_index=0, process_count=1)
   result = train.train_and_evaluate(
-      config, a.workdir, train_iter=ProcessSlice(stream, jax.process_index(), jax.process_count()))
+      config, a.workdir, train_iter=process_slice(stream, jax.process_index(), jax.process_count()))
   print("RESULT " + json.dumps(dict(process=jax.process_index(), processes=jax.process_count(),
                                     devices=jax.device_count(), local=jax.local_device_count(),
                                     eval=result["eval"])), flush=True)

@@ -9,7 +9,6 @@ statistics are over the global batch whatever the mesh.
 
 import json
 import os
-import pathlib
 import subprocess
 import sys
 

@@ -24,7 +24,7 @@ constructor's docstring for its fields and defaults).
 
 import dataclasses
 import logging
-from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Sequence
 
 import tensorflow as tf
 
