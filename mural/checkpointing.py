@@ -110,15 +110,8 @@ def _not_the_checkpoint_files(e: BaseException) -> bool:
   return False
 
 
-def _path_key(k) -> str:
-  for attr in ("key", "name", "idx"):
-    if hasattr(k, attr):
-      return str(getattr(k, attr))
-  return str(k)
-
-
 def _flat(tree) -> dict:
-  return {"/".join(_path_key(k) for k in path): leaf
+  return {"/".join(sharding.path_keys(path)): leaf
           for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 

@@ -155,7 +155,7 @@ def logical_shardings(boxed_tree: Any, mesh: Mesh, rules: Rules, min_size: int =
   return jax.tree.map(place, boxed_tree, is_leaf=is_box)
 
 
-def _path_keys(path) -> Tuple[str, ...]:
+def path_keys(path) -> Tuple[str, ...]:
   keys = []
   for k in path:
     for attr in ("key", "name", "idx"):
@@ -179,11 +179,11 @@ def like_params(tree: Any, params: Any, param_shardings: Any, mesh: Mesh) -> Any
   by_path = {}
   for (path, x), s in zip(jax.tree_util.tree_flatten_with_path(params)[0],
                           jax.tree.leaves(param_shardings)):
-    by_path[_path_keys(path)] = (tuple(x.shape), s)
+    by_path[path_keys(path)] = (tuple(x.shape), s)
   rep = replicated(mesh)
 
   def pick(path, x):
-    keys = _path_keys(path)
+    keys = path_keys(path)
     for start in range(len(keys)):
       hit = by_path.get(keys[start:])
       if hit is not None and hit[0] == tuple(x.shape):
@@ -239,5 +239,5 @@ def describe(shardings: Any) -> dict:
   """{'path/to/param': 'P(...)'} for logs and tests."""
   out = {}
   for path, s in jax.tree_util.tree_flatten_with_path(shardings)[0]:
-    out["/".join(_path_keys(path))] = str(s.spec)
+    out["/".join(path_keys(path))] = str(s.spec)
   return out
