@@ -1,0 +1,440 @@
+"""Samples/s, MFU and peak memory of mural's production train step (issue 9).
+
+Why: the step is what training spends its time on; this times the function
+`mural.train.make_train_step` returns, built from a config through
+`mural.train.build` and jitted with the shardings and donation training uses,
+on random inputs. Nothing of the step is re-implemented here.
+
+  .venv/bin/python benchmarks/bench_step.py                      # issue-9 towers, f32, 128 px, batch 128
+  .venv/bin/python benchmarks/bench_step.py --conv_impl=xla      # XLA's own convolutions
+  .venv/bin/python benchmarks/bench_step.py --dtype=bfloat16     # bf16 compute (params stay f32)
+  XLA_FLAGS=--xla_cpu_use_onednn=true .venv/bin/python benchmarks/bench_step.py   # XLA CPU options
+  .venv/bin/python benchmarks/bench_step.py --profile=/tmp/step_trace   # + per-op time of one step
+  .venv/bin/python benchmarks/bench_step.py --image_size=64 --batch=16 --steps=3 --pipeline_batches=0  # smoke
+
+The default towers are those of a typical small CLIP benchmark: EfficientNet-B0
+with its 1280-wide head conv and a 256-d image projection head; BERT
+L4/H256/A4/MLP1024, vocab 30522, 32 tokens, with a 256-d text head; the ALIGN
+system (one image-text task: in-batch softmax both ways, LAMB); fp32; batch
+128 at 128 x 128 px. The full step runs: forward, loss, backward, optimizer.
+XLA options are passed through the XLA_FLAGS environment variable (an unknown
+flag makes XLA abort at start-up).
+
+What it prints:
+  samples/s      batch / the median step time over --steps timed steps, after
+                 --warmup untimed ones (each step waited for);
+  step time      median, min and max seconds of the timed steps;
+  compile time   seconds to trace + lower, and to compile, the step;
+  peak RSS       the process's peak resident memory (getrusage ru_maxrss) read
+                 right after the timed steps: model state, optimizer state,
+                 XLA's buffers and the compiler's own peak, plus the Python /
+                 JAX runtime (TensorFlow is not loaded yet; the input pipeline
+                 runs after this is read). XLA's own figures (memory_analysis:
+                 arguments, outputs, temporaries) are printed beside it;
+  XLA GFLOP      FLOPs of one step by XLA's cost analysis of the compiled step
+                 (compiled.cost_analysis()['flops']). Caveats: a loop body is
+                 counted once (the 'fast' depthwise kernel gradient is a loop
+                 over batch chunks: undercounted), and the 'xla' depthwise
+                 kernel gradient is counted as the dense conv XLA runs for it;
+                 '3 x forward GFLOP' (cost analysis of the step's forward and
+                 losses before optimisation, times 3) is printed as a cross-check;
+  GFLOP/s, MFU   XLA GFLOP / median step time, and its ratio to the peak: an f32
+                 [4096, 4096] @ [4096, 4096] jnp.dot timed in this same run
+                 (median of --matmul_repeats) on CPU, or --peak_gflops (a
+                 datasheet figure) when given (use it on a GPU);
+  pipeline       samples/s of mural's real tf.data training input
+                 (pipeline.build_train_iterator on the built-in synthetic
+                 source, same image size, text length and batch, rendered at
+                 the image size, as benchmarks/bench_pipeline.py does) run on
+                 its own after the step, and its ratio to the step's
+                 consumption (the issue's target: >= 3x);
+  profile        with --profile=DIR: a jax.profiler trace of one more step in
+                 DIR, and the ops that took the most time in it, grouped by op
+                 kind (conv, dot, elementwise fusion, reduce, ...) and by
+                 model part (from the HLO metadata). It turns on XLA's per-op
+                 trace events (--xla_cpu_enable_xprof_traceme), which slow
+                 every step a little: take timings from a run without it.
+The last line is one JSON object with all these figures.
+"""
+
+import argparse
+import json
+import os
+import re
+import resource
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # Run from a checkout.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench_convs, bench_pipeline.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+MATMUL = 4096
+
+
+def parse_args(argv):
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--image_size", type=int, default=128)
+  p.add_argument("--batch", type=int, default=128)
+  p.add_argument("--variant", default="b0", help="EfficientNet variant (b0..b7, l2)")
+  p.add_argument("--width", type=float, default=None, help="width coefficient (default: the variant's)")
+  p.add_argument("--depth", type=float, default=None, help="depth coefficient (default: the variant's)")
+  p.add_argument("--no_head_conv", action="store_true", help="drop the 1x1 head conv (ALIGN's choice)")
+  p.add_argument("--embed_dim", type=int, default=256, help="image and text projection heads' width")
+  p.add_argument("--text_layers", type=int, default=4)
+  p.add_argument("--text_hidden", type=int, default=256)
+  p.add_argument("--text_heads", type=int, default=4)
+  p.add_argument("--text_mlp", type=int, default=1024)
+  p.add_argument("--vocab", type=int, default=30522)
+  p.add_argument("--text_len", type=int, default=32)
+  p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                 help="config.model.dtype: compute dtype of the towers (params stay float32)")
+  p.add_argument("--conv_impl", default="auto", choices=["auto", "xla", "fast"],
+                 help="config.model.image.conv_impl")
+  p.add_argument("--warmup", type=int, default=2, help="untimed steps after compiling")
+  p.add_argument("--steps", type=int, default=5, help="timed steps")
+  p.add_argument("--matmul_repeats", type=int, default=5)
+  p.add_argument("--peak_gflops", type=float, default=None,
+                 help="peak FLOP/s (GFLOP/s) to divide by, e.g. a GPU's datasheet figure; "
+                      "default: the matmul measured here")
+  p.add_argument("--pipeline_batches", type=int, default=20, help="timed input batches; 0: skip")
+  p.add_argument("--profile", default="", help="directory for a jax.profiler trace of one step")
+  p.add_argument("--top", type=int, default=25, help="ops listed by --profile")
+  return p.parse_args(argv)
+
+
+def make_config(args):
+  """The ALIGN system with the benchmark's towers, through the ordinary config path."""
+  from mural import config_lib  # pylint: disable=g-import-not-at-top
+  from mural import systems  # pylint: disable=g-import-not-at-top
+  c = systems.base_config("align")
+  im = c.model.image
+  im.variant, im.width_coefficient, im.depth_coefficient = args.variant, args.width, args.depth
+  im.include_head = not args.no_head_conv
+  im.conv_impl = args.conv_impl
+  t = c.model.text
+  t.vocab_size, t.token_embed_dim, t.hidden_dim = args.vocab, args.text_hidden, args.text_hidden
+  t.num_layers, t.num_heads, t.mlp_dim, t.max_len = (args.text_layers, args.text_heads,
+                                                     args.text_mlp, args.text_len)
+  c.model.dtype = args.dtype
+  c.model.heads.embed_dim = args.embed_dim
+  c.tasks.i2t.image_head = "image"  # The 256-d image projection (a head named 'image').
+  c.tasks.i2t.text_head = "i2t"
+  c.tasks.i2t.batch_size = args.batch
+  c.data.image_size = args.image_size
+  c.data.eval_resize = int(round(args.image_size * 346 / 289))
+  c.data.synthetic.render_size = args.image_size
+  c.optim.warmup_steps = 10  # Nonzero learning rates from the first step.
+  c.total_steps = 1_000_000
+  config_lib.validate(c)
+  return c
+
+
+def random_batch(setup, config, seed=0):
+  """Random device batch of the step's layout: N(0, 1) pixels, random ids and lengths."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from mural import sharding  # pylint: disable=g-import-not-at-top
+  keys = iter(jax.random.split(jax.random.key(seed), 16))
+  batch = {}
+  for task in setup.tasks:
+    shapes = task.shapes(config)
+    b, length = shapes["text_ids"].shape
+    lengths = jax.random.randint(next(keys), (b, 1), min(8, length), length + 1)
+    local = {
+        "image": jax.random.normal(next(keys), shapes["image"].shape, shapes["image"].dtype),
+        "text_ids": jax.random.randint(next(keys), (b, length), 1, config.model.text.vocab_size),
+        "text_mask": (jnp.arange(length)[None] < lengths).astype(jnp.int32),
+        "valid": jnp.ones((b,), jnp.bool_),
+    }
+    batch[task.name] = sharding.global_batch(
+        {k: jax.device_get(v) for k, v in local.items()}, setup.data_sharding)
+  return batch
+
+
+def cost_flops(compiled_or_lowered) -> float:
+  cost = compiled_or_lowered.cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  return float(cost.get("flops", 0.0)) if cost else 0.0
+
+
+def peak_rss_bytes() -> int:
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB.
+
+
+def matmul_peak(dtype, repeats):
+  """(median seconds, FLOP/s) of an [N, N] @ [N, N] jnp.dot in `dtype`."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  a = jax.random.normal(jax.random.key(1), (MATMUL, MATMUL), jnp.float32).astype(dtype)
+  f = jax.jit(jnp.dot)
+  jax.block_until_ready(f(a, a.T))
+  times = []
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    jax.block_until_ready(f(a, a.T))
+    times.append(time.perf_counter() - t0)
+  s = statistics.median(times)
+  return s, 2.0 * MATMUL ** 3 / s
+
+
+def pipeline_rate(config, batches):
+  """Median-free plain rate (samples/s) of mural's training input over `batches` batches."""
+  import bench_pipeline  # pylint: disable=g-import-not-at-top
+  from mural import system  # pylint: disable=g-import-not-at-top
+  from mural import systems  # pylint: disable=g-import-not-at-top
+  from mural.data import pipeline  # pylint: disable=g-import-not-at-top
+  from mural.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  with tempfile.TemporaryDirectory() as tmp:
+    vocab = os.path.join(tmp, "vocab.txt")
+    bench_pipeline._vocab(config, vocab)  # pylint: disable=protected-access
+    tok = tokenizer_lib.Tokenizer(vocab, config.model.text.max_len)
+    tasks = system.active_tasks(systems.get(config), config)
+    it = pipeline.build_train_iterator(config, tasks, tok, process_index=0, process_count=1, seed=0)
+    for _ in range(3):  # Warm-up: build, first renders, prefetch.
+      next(it)
+    rows = sum(t.batch_size for t in tasks)
+    t0 = time.perf_counter()
+    for _ in range(batches):
+      next(it)
+    return batches * rows / (time.perf_counter() - t0)
+
+
+# ---------------------------------------------------------------------------
+# --profile: per-op time of one step.
+
+
+def _hlo_ops(hlo_text):
+  """{instruction name: (opcode, kind, op_name metadata, fused computation body)} of the HLO."""
+  bodies, current, lines = {}, None, []
+  for line in hlo_text.splitlines():
+    m = re.match(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$", line)  # A computation's header.
+    if m:
+      current, lines = m.group(1), []
+      bodies[current] = lines
+    elif current is not None:
+      lines.append(line)
+  ops = {}
+  for line in hlo_text.splitlines():
+    m = re.match(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*\S.*?\s([a-z][\w\-]*)\(", line)
+    if not m:
+      continue
+    name, opcode = m.group(1), m.group(2)
+    kind = re.search(r"kind=(\w+)", line)
+    called = re.search(r"calls=%?([\w.\-]+)", line)
+    meta = re.search(r'op_name="([^"]*)"', line)
+    body = "\n".join(bodies.get(called.group(1), [])) if called else ""
+    ops[name] = (opcode, kind.group(1) if kind else "", meta.group(1) if meta else "", body)
+  return ops
+
+
+def _category(opcode, body):
+  text = opcode + " " + body
+  for word, cat in (("convolution", "conv"), ("dot(", "dot"), ("custom-call", "custom-call"),
+                    ("reduce-window", "reduce-window"), ("reduce(", "reduce"), ("while", "loop"),
+                    ("scatter", "scatter"), ("gather", "gather"), ("dynamic-update-slice", "update-slice")):
+    if word in text or opcode == word.rstrip("("):
+      return cat
+  if opcode in ("copy", "transpose", "concatenate", "pad", "slice", "reshape", "bitcast", "broadcast"):
+    return "data movement"
+  return "elementwise" if opcode == "fusion" else opcode
+
+
+def _part(op_name):
+  """A coarse model part from an op's metadata name (flax module path)."""
+  if "image_tower" in op_name or "EfficientNet" in op_name:
+    for part in ("expand_conv", "expand_bn", "depthwise_conv", "depthwise_bn", "se_reduce",
+                 "se_expand", "project_conv", "project_bn", "stem_conv", "stem_bn", "head_conv",
+                 "head_bn"):
+      if part in op_name:
+        return f"image/{part}"
+    return "image/other (swish, SE gate, residual, pool)"
+  if "text_tower" in op_name or "Bert" in op_name:
+    for part in ("attention", "mlp_in", "mlp_out", "norm", "token_embed", "embed"):
+      if part in op_name:
+        return f"text/{part}"
+    return "text/other"
+  if "head" in op_name:
+    return "heads"
+  if "opt" in op_name.lower() or "lamb" in op_name.lower() or "update" in op_name.lower():
+    return "optimizer"
+  return "other (loss, optimizer, glue)"
+
+
+def profile_step(compiled, state, batch, directory, top):
+  """Traces one step into `directory`; prints the top ops by time and totals by kind and part."""
+  import jax  # pylint: disable=g-import-not-at-top
+  with jax.profiler.trace(directory):
+    state, metrics = compiled(state, batch)
+    jax.block_until_ready((state, metrics))
+  paths = [os.path.join(r, f) for r, _, fs in os.walk(directory) for f in fs if f.endswith(".xplane.pb")]
+  if not paths:
+    print(f"profile: no .xplane.pb under {directory}")
+    return state, {}
+  data = jax.profiler.ProfileData.from_file(max(paths, key=os.path.getmtime))
+  ops = _hlo_ops(compiled.as_text())
+  per_op = {}
+  for plane in data.planes:
+    for line in plane.lines:
+      for event in line.events:
+        name = event.name
+        # Containers (a loop, a call) span the ops inside them, which have their own events.
+        if name in ops and ops[name][0] not in ("while", "call", "conditional"):
+          per_op[name] = per_op.get(name, 0.0) + event.duration_ns / 1e9
+  total = sum(per_op.values())
+  if not total:
+    print("profile: no per-op events (needs --xla_cpu_enable_xprof_traceme=true in XLA_FLAGS)")
+    return state, {}
+  by_cat, by_part = {}, {}
+  for name, s in per_op.items():
+    opcode, _, meta, body = ops[name]
+    cat, part = _category(opcode, body), _part(meta)
+    by_cat[cat] = by_cat.get(cat, 0.0) + s
+    by_part[part] = by_part.get(part, 0.0) + s
+  print(f"profile: {total:.2f} s in {len(per_op)} XLA ops (thread time summed over threads), "
+        f"trace in {directory}")
+  print("  by op kind:   " + ", ".join(f"{k} {v / total:.0%}" for k, v in
+                                        sorted(by_cat.items(), key=lambda kv: -kv[1])))
+  print("  by model part: " + ", ".join(f"{k} {v / total:.0%}" for k, v in
+                                         sorted(by_part.items(), key=lambda kv: -kv[1])))
+  print(f"  top {top} ops:")
+  for name, s in sorted(per_op.items(), key=lambda kv: -kv[1])[:top]:
+    opcode, _, meta, body = ops[name]
+    print(f"  {s:7.3f} s {s / total:5.1%}  {_category(opcode, body):13s} {name:32s} "
+          f"{meta[-90:]}")
+  summary = {"profile_total_s": total,
+             "profile_by_kind": {k: round(v / total, 4) for k, v in by_cat.items()},
+             "profile_by_part": {k: round(v / total, 4) for k, v in by_part.items()}}
+  return state, summary
+
+
+# ---------------------------------------------------------------------------
+
+
+def main(argv=None) -> None:
+  args = parse_args(argv)
+  if args.profile and "xla_cpu_enable_xprof_traceme" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                               " --xla_cpu_enable_xprof_traceme=true").strip()
+  config = make_config(args)  # Config mistakes end here, before JAX loads.
+
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from bench_convs import cpu_name  # pylint: disable=g-import-not-at-top
+  from mural import sharding  # pylint: disable=g-import-not-at-top
+  from mural import system as system_lib  # pylint: disable=g-import-not-at-top
+  from mural import train  # pylint: disable=g-import-not-at-top
+  from mural.models import efficientnet  # pylint: disable=g-import-not-at-top
+
+  load = os.getloadavg()
+  print(f"CPU: {cpu_name()}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+  print(f"jax {jax.__version__}, backend {jax.default_backend()}, {jax.device_count()} device(s), "
+        f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
+  impl = efficientnet.resolve_conv_impl(args.conv_impl)
+  print(f"step: ALIGN, EfficientNet-{args.variant.upper()}"
+        f"{'' if args.no_head_conv else ' + head conv'} (width {args.width or 'variant'}, depth "
+        f"{args.depth or 'variant'}, conv_impl {args.conv_impl} -> {impl}) -> {args.embed_dim}; BERT "
+        f"L{args.text_layers}/H{args.text_hidden}/A{args.text_heads}/MLP{args.text_mlp}, vocab "
+        f"{args.vocab}, {args.text_len} tokens -> {args.embed_dim}; {args.dtype}; batch {args.batch} at "
+        f"{args.image_size}x{args.image_size} px; LAMB")
+
+  # ---- The production step, built as train_and_evaluate builds it. --------
+  setup = train.build(config)
+  state = jax.jit(setup.init, out_shardings=setup.state_shardings)(jax.random.PRNGKey(config.seed))
+  n_params = sum(x.size for x in jax.tree.leaves(state.params))
+  batch = random_batch(setup, config)
+  shapes = {t.name: tuple(t.shapes(config)) for t in setup.tasks}
+  batch_shardings = {task: {k: setup.data_sharding for k in keys} for task, keys in shapes.items()}
+  step = jax.jit(train.make_train_step(setup, config.optim.grad_accum_steps),
+                 in_shardings=(setup.state_shardings, batch_shardings),
+                 out_shardings=(setup.state_shardings, sharding.replicated(setup.mesh)),
+                 donate_argnums=(0,))
+  rss_before = peak_rss_bytes()
+  t0 = time.perf_counter()
+  lowered = step.lower(state, batch)
+  t1 = time.perf_counter()
+  compiled = lowered.compile()
+  t2 = time.perf_counter()
+  lower_s, compile_s = t1 - t0, t2 - t1
+  xla_flops = cost_flops(compiled)
+  mem = compiled.memory_analysis()
+  # Cross-check: 3 x the forward (+ losses) FLOPs, from the unoptimised HLO (no compile).
+  fwd = jax.jit(lambda p, bs, b, r: system_lib.task_losses(setup.model, setup.tasks, p, bs, b, r)[0])
+  fwd_flops = cost_flops(fwd.lower(state.params, state.batch_stats, batch, jax.random.key(0)))
+  print(f"params: {n_params / 1e6:.2f} M; trace + lower {lower_s:.1f} s, compile {compile_s:.1f} s")
+
+  # ---- Timed steps. ---------------------------------------------------------
+  for _ in range(args.warmup):
+    state, metrics = compiled(state, batch)
+    jax.block_until_ready((state, metrics))
+  times = []
+  for _ in range(args.steps):
+    t0 = time.perf_counter()
+    state, metrics = compiled(state, batch)
+    jax.block_until_ready((state, metrics))
+    times.append(time.perf_counter() - t0)
+  rss = peak_rss_bytes()
+  loss = float(metrics["loss"])
+  step_s = statistics.median(times)
+  samples_s = args.batch / step_s
+  print(f"step: median {step_s:.3f} s (min {min(times):.3f}, max {max(times):.3f}) over {len(times)} "
+        f"steps after {args.warmup} warm-up; loss {loss:.4f}")
+  print(f"samples/s: {samples_s:.2f}")
+  print(f"peak RSS: {rss / 2**30:.2f} GiB (process, after the timed steps; "
+        f"{rss_before / 2**30:.2f} GiB before compiling)")
+  if mem is not None:
+    print(f"XLA memory: arguments {mem.argument_size_in_bytes / 2**30:.2f} GiB, outputs "
+          f"{mem.output_size_in_bytes / 2**30:.2f} GiB, temporaries {mem.temp_size_in_bytes / 2**30:.2f} GiB, "
+          f"aliased {mem.alias_size_in_bytes / 2**30:.2f} GiB")
+
+  # ---- FLOPs and the matmul peak. ---------------------------------------------
+  mm_s, mm_rate = matmul_peak(jnp.float32, args.matmul_repeats)
+  print(f"matmul f32 [{MATMUL}]^2: median {mm_s:.3f} s = {mm_rate / 1e9:.1f} GFLOP/s (measured peak)")
+  result_bf16 = {}
+  if args.dtype == "bfloat16":
+    bs, brate = matmul_peak(jnp.bfloat16, args.matmul_repeats)
+    print(f"matmul bf16 [{MATMUL}]^2: median {bs:.3f} s = {brate / 1e9:.1f} GFLOP/s")
+    result_bf16 = {"matmul_bf16_gflops": brate / 1e9}
+  peak = args.peak_gflops * 1e9 if args.peak_gflops else mm_rate
+  rate = xla_flops / step_s
+  print(f"XLA GFLOP/step: {xla_flops / 1e9:.1f} (3 x forward GFLOP: {3 * fwd_flops / 1e9:.1f}); "
+        f"achieved {rate / 1e9:.1f} GFLOP/s; MFU {rate / peak:.1%} of "
+        f"{'--peak_gflops' if args.peak_gflops else 'the measured matmul'} "
+        f"({peak / 1e9:.1f} GFLOP/s); by 3 x forward: {3 * fwd_flops / step_s / peak:.1%}")
+
+  # ---- Input pipeline. ---------------------------------------------------------
+  result_pipe = {}
+  if args.pipeline_batches > 0:
+    pipe = pipeline_rate(config, args.pipeline_batches)
+    print(f"input pipeline: {pipe:.1f} samples/s ({args.pipeline_batches} batches of {args.batch}, "
+          f"synthetic source, {args.image_size} px, {args.text_len} tokens), "
+          f"{pipe / samples_s:.1f}x the step's consumption ({samples_s:.2f} samples/s; target >= 3x)")
+    result_pipe = {"pipeline_samples_s": pipe, "pipeline_ratio": pipe / samples_s}
+
+  result_prof = {}
+  if args.profile:
+    state, result_prof = profile_step(compiled, state, batch, args.profile, args.top)
+
+  print(json.dumps({
+      "cpu": cpu_name(), "load_avg": [round(x, 2) for x in load],
+      "xla_flags": os.environ.get("XLA_FLAGS", ""), "backend": jax.default_backend(),
+      "image_size": args.image_size, "batch": args.batch, "variant": args.variant,
+      "head_conv": not args.no_head_conv, "text": [args.text_layers, args.text_hidden, args.text_heads,
+                                                    args.text_mlp, args.vocab, args.text_len],
+      "dtype": args.dtype, "conv_impl": impl, "params_m": round(n_params / 1e6, 3),
+      "samples_s": round(samples_s, 3), "step_s_median": round(step_s, 4),
+      "step_s_all": [round(t, 4) for t in times], "lower_s": round(lower_s, 2),
+      "compile_s": round(compile_s, 2), "peak_rss_gib": round(rss / 2**30, 3),
+      "rss_before_compile_gib": round(rss_before / 2**30, 3),
+      "xla_temp_gib": round(mem.temp_size_in_bytes / 2**30, 3) if mem is not None else None,
+      "xla_gflop": round(xla_flops / 1e9, 2), "fwd3_gflop": round(3 * fwd_flops / 1e9, 2),
+      "gflops": round(rate / 1e9, 2), "matmul_f32_gflops": round(mm_rate / 1e9, 2),
+      "peak_gflops": round(peak / 1e9, 2), "mfu": round(rate / peak, 4),
+      "mfu_fwd3": round(3 * fwd_flops / step_s / peak, 4), "loss": loss,
+      **result_bf16, **result_pipe, **result_prof}))
+
+
+if __name__ == "__main__":
+  main()
