@@ -412,19 +412,42 @@ class Checkpoints:
 
 
 def restore_params(workdir: str, step: Optional[int] = None) -> dict:
-  """{'params', 'batch_stats'} of checkpoint `step` (default: the latest) as host NumPy arrays.
+  """{'params', 'batch_stats'} of checkpoint `step` (default: the newest that reads) as host
+  NumPy arrays.
 
   Needs no config: the tree comes from the checkpoint's own metadata, and
   only those two subtrees are read (not the optimizer state), so a
   checkpoint written on any mesh by any number of processes loads here
-  (export and warm starts use it).
+  (export and warm starts use it). Like evaluation, it reads and moves
+  nothing: an unreadable newest step gets one warning line and the step
+  before it is read; a chosen `step` that does not read is an error.
   """
-  with ocp.CheckpointManager(directory(workdir),
-                             options=ocp.CheckpointManagerOptions(create=False)) as manager:
-    step = manager.latest_step() if step is None else step
-    if step is None:
-      raise FileNotFoundError(f"no checkpoint in {directory(workdir)}")
-  path = directory(workdir) / str(step) / "state"
+  with _listing(), ocp.CheckpointManager(
+      directory(workdir), options=ocp.CheckpointManagerOptions(create=False)) as manager:
+    steps = sorted(manager.all_steps(), reverse=True)
+  if step is not None:
+    if step not in steps:
+      raise FileNotFoundError(f"no checkpoint {step} in {directory(workdir)} (steps: {steps})")
+    steps = [step]
+  if not steps:
+    raise FileNotFoundError(f"no checkpoint in {directory(workdir)}")
+  failed = []
+  for candidate in steps:
+    path = directory(workdir) / str(candidate) / "state"
+    try:
+      with _quiet_failed_read(path.parent):
+        return _read_params(path)
+    except Exception as e:  # pylint: disable=broad-exception-caught
+      if _not_the_checkpoint_files(e):
+        raise
+      failed.append(f"{candidate} ({_one_line(e)})")
+      if step is None and candidate != steps[-1]:
+        logging.warning("Checkpoint %s cannot be read; reading the one before.", failed[-1])
+  raise FileNotFoundError(f"no readable checkpoint in {directory(workdir)}: "
+                          f"{'; '.join(failed)}")
+
+
+def _read_params(path: epath.Path) -> dict:
   checkpointer = ocp.PyTreeCheckpointer()
   tree = checkpointer.metadata(path).item_metadata.tree
   wanted = {k: tree[k] for k in ("params", "batch_stats")}

@@ -205,6 +205,26 @@ def test_evaluation_reads_the_step_before_and_moves_nothing(setup, stopped, tmp_
   assert warning.startswith("Checkpoint 4 cannot be read (state arrays: ") and "moved" not in warning
 
 
+def test_restore_params_reads_the_step_before_an_unreadable_one_and_moves_nothing(
+    stopped, tmp_path, caplog):
+  workdir = copy_of(stopped, tmp_path)
+  expected = checkpointing.restore_params(str(workdir), step=2)
+  for path in (workdir / "checkpoints" / "4" / "state").rglob("*"):  # Params are in one of them:
+    if path.is_file():  # the largest alone may hold only optimizer state, which this never reads.
+      with open(path, "r+b") as f:
+        f.truncate(path.stat().st_size // 2)
+  with caplog.at_level(logging.WARNING):
+    restored = checkpointing.restore_params(str(workdir))
+  jax.tree.map(np.testing.assert_array_equal, restored, expected)
+  assert steps(workdir) == [2, 4] and not moved(workdir, 4)
+  (warning,) = unreadable_warnings(caplog)
+  assert warning.startswith("Checkpoint 4 (") and warning.endswith("reading the one before.")
+  with pytest.raises(FileNotFoundError, match=r"^no readable checkpoint .*: 4 \("):
+    checkpointing.restore_params(str(workdir), step=4)
+  with pytest.raises(FileNotFoundError, match=r"^no checkpoint 3 in "):
+    checkpointing.restore_params(str(workdir), step=3)
+
+
 def test_a_checkpoint_of_another_model_is_a_config_error_and_moves_nothing(tiny_vocab, stopped, tmp_path):
   workdir = copy_of(stopped, tmp_path)
   setup = train.build(tiny_config(tiny_vocab, **STEPS, **{"model.text.mlp_dim": 256}))

@@ -1,17 +1,54 @@
 """mural's input side: sources, record kinds, the tf.data pipeline, vocabulary, eval sets."""
 
+import contextlib
+import os
+import sys
+import tempfile
+
+# What TensorFlow's C++ start-up writes to file descriptor 2 when it probes for
+# CUDA on a machine without it (and the absl header it comes under). It is
+# written before any logging is set up, so TF_CPP_MIN_LOG_LEVEL and absl's
+# verbosity do not reach it.
+_CUDA_PROBE_LINES = ("cudart_stub.cc", "cuda_platform.cc", "cuda_executor.cc", "failed call to cuInit",
+                     "Unable to register cu", "TF-TRT Warning", "before absl::InitializeLog() is called")
+
+
+@contextlib.contextmanager
+def _without_cuda_probe_lines():
+  """Drops _CUDA_PROBE_LINES from what the block writes to fd 2; the rest comes through after it."""
+  sys.stderr.flush()
+  saved = os.dup(2)
+  with tempfile.TemporaryFile() as captured:
+    os.dup2(captured.fileno(), 2)
+    try:
+      yield
+    finally:
+      sys.stderr.flush()
+      os.dup2(saved, 2)
+      os.close(saved)
+      captured.seek(0)
+      kept = [line for line in captured.read().decode("utf-8", "replace").splitlines(keepends=True)
+              if not any(mark in line for mark in _CUDA_PROBE_LINES)]
+      sys.stderr.write("".join(kept))
+      sys.stderr.flush()
+
 
 def hide_accelerators_from_tensorflow():
   """TensorFlow only runs the input pipeline: keep it off the GPUs/TPUs JAX uses.
 
   Without this, TF initialises CUDA and takes GPU memory beside JAX (big_vision
   does the same first thing). Every entry point calls it before TF makes its
-  devices (mural.main, mural.data.convert).
+  devices (mural.main, mural.data.convert). The CUDA probe's lines on a
+  machine without CUDA are dropped: they say nothing about this run.
   """
   import logging  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  for kind in ("GPU", "TPU"):
-    try:
-      tf.config.set_visible_devices([], kind)
-    except (ValueError, RuntimeError) as e:  # A kind this build lacks; devices already made.
-      logging.warning("Could not hide %s devices from TensorFlow: %s", kind, e)
+  with _without_cuda_probe_lines():
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    failures = []
+    for kind in ("GPU", "TPU"):
+      try:
+        tf.config.set_visible_devices([], kind)
+      except (ValueError, RuntimeError) as e:  # A kind this build lacks; devices already made.
+        failures.append((kind, e))
+  for kind, e in failures:
+    logging.warning("Could not hide %s devices from TensorFlow: %s", kind, e)

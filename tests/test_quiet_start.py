@@ -1,0 +1,26 @@
+"""TensorFlow's CUDA probe on a machine without CUDA prints nothing through mural's entry points."""
+
+import os
+import subprocess
+import sys
+
+from conftest import ROOT
+from mural import data
+
+
+def test_cuda_probe_lines_are_dropped_and_other_lines_kept(capfd):
+  with data._without_cuda_probe_lines():  # pylint: disable=protected-access
+    os.write(2, b"I0000 cudart_stub.cc:31] Could not find cuda drivers\nkept line\n"
+                b"E0000 cuda_platform.cc:52] failed call to cuInit: UNKNOWN ERROR (303)\n")
+    print("also kept", file=sys.stderr)
+  # (Under capfd, sys.stderr is pytest's own stream, not fd 2: the order between the two may vary.)
+  assert sorted(capfd.readouterr().err.splitlines()) == ["also kept", "kept line"]
+
+
+def test_hiding_accelerators_prints_no_cuda_lines():
+  env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+  r = subprocess.run([sys.executable, "-c", "from mural import data; data.hide_accelerators_from_tensorflow()"],
+                     cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+  assert r.returncode == 0, r.stderr[-2000:]
+  for mark in ("cuda", "cuInit", "InitializeLog"):
+    assert mark not in r.stderr, r.stderr
