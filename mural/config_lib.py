@@ -270,6 +270,10 @@ def validate(c: ml_collections.ConfigDict) -> None:
     _require(isinstance(c[name], int) and c[name] >= 1, name, f"must be an int >= 1, got {c[name]!r}")
   _require(isinstance(c.eval_every_steps, int) and c.eval_every_steps >= 0, "eval_every_steps",
            f"must be an int >= 0, got {c.eval_every_steps!r}")
+  # The built-in data's section, checked here so its mistakes too come before TensorFlow loads
+  # (NumPy only; imported here because it imports this module).
+  from mural.data import synthetic  # pylint: disable=g-import-not-at-top
+  synthetic.Settings.from_config(c)
 
 
 # The device mesh's axes (mural/sharding.py): pure data parallel, FSDP, tensor parallel.

@@ -339,6 +339,8 @@ except SystemExit as e:
     ["--config=configs/tiny.py", "--config.optim.b1=1.5", "--workdir=/tmp/x"],  # A bad value.
     ["--config=configs/tiny.py", "--config.total_stepz=3"],  # A misspelt field.
     ["--config=configs/tiny.py", "--config.system=clip", "--workdir=/tmp/x"],  # An unknown system.
+    ["--config=configs/tiny.py", "--config.data.synthetic.translation_pairs_per_pair={'en-xx': 0}",
+     "--workdir=/tmp/x"],  # A bad value of the built-in data.
 ])
 def test_config_mistakes_are_reported_before_tensorflow_and_jax_load(args):
   r = subprocess.run([sys.executable, "-c", _LOADED, *args], cwd=ROOT, capture_output=True, text=True,
