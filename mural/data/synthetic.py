@@ -37,9 +37,10 @@ MURAL's claim on one machine. Make Swahili scarce in image-caption pairs and
 compare the two losses on its held-out retrieval:
   config.data.synthetic.pairs_per_language = {'sw': 200}   # others: 20k each
   config.data.synthetic.translation_pairs = 20_000          # en-x for every x
-  ALIGN: config.loss.t2t_weight = 0.0   MURAL: config.loss.t2t_weight = 0.1
+  ALIGN: config.tasks.t2t.weight = 0.0   MURAL: config.tasks.t2t.weight = 0.1
 and read the 'sw' image<->text recall of both runs; a control run with
 `translation_pairs_per_pair = {'en-sw': 0}` removes only the Swahili bitext.
+benchmarks/mural_claim.py runs the three and prints the table.
 Swahili shares no content word with English, so what sw learns beyond its 200
 captions comes through the en-sw translation pairs.
 
