@@ -28,7 +28,8 @@ setuptools.setup(
     install_requires=INSTALL_REQUIRES,
     # img2dataset: tests write shards with its own writer classes (tests/test_img2dataset.py).
     extras_require={
-        "test": ["pytest>=8", "img2dataset>=1.47,<2"],
+        # pytest-xdist: `make test` runs on 2 workers (tests/conftest.py groups the tests).
+        "test": ["pytest>=8", "pytest-xdist>=3.5,<4", "img2dataset>=1.47,<2"],
         # Accelerators: the jax build for them (the CPU jax above is replaced).
         "cuda": ["jax[cuda12]>=0.10,<0.11"],
         "tpu": ["jax[tpu]>=0.10,<0.11"],

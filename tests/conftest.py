@@ -92,8 +92,56 @@ def sigterm(batch):
 
 @pytest.fixture(scope="session")
 def tiny_vocab(tmp_path_factory) -> str:
-  """One vocab for every test that trains the tiny model (learning it is the slow part of set-up)."""
-  return learn_vocab(tmp_path_factory.mktemp("vocab"))
+  """One vocab for every test that trains the tiny model (learning it is the slow part of set-up).
+
+  Under pytest-xdist the workers share it: the first to need it learns it into
+  the run's common temp dir while holding a lock, the others read its path."""
+  if not os.environ.get("PYTEST_XDIST_WORKER"):
+    return learn_vocab(tmp_path_factory.mktemp("vocab"))
+  import fcntl  # pylint: disable=g-import-not-at-top
+  shared = tmp_path_factory.getbasetemp().parent / "tiny_vocab"  # Common to this run's workers.
+  shared.mkdir(exist_ok=True)
+  with open(shared / "lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    done = shared / "vocab_path"
+    if not done.exists():
+      done.write_text(learn_vocab(shared / "vocab"))
+    return done.read_text()
+
+
+# ---- Scheduling under pytest-xdist (`make test`: -n 2 --dist loadgroup --no-loadscope-reorder) ----
+# Each group runs whole on one worker, in the order below: the long end-to-end
+# groups first (so the two workers stay busy to the end), every other file as
+# one group (its module fixtures are built once). test_train and
+# test_checkpointing are one group: they train the same program (same config
+# up to logging and checkpoint cadence), compiled once and then read from the
+# persistent compilation cache.
+HEAVY_FIRST = (
+    "tiny_training",  # test_train.py + test_checkpointing.py
+    "test_sharding.py::test_sharded_training_matches_one_device",
+    "test_multihost.py::test_two_processes_match_one_process",
+    "test_system.py",
+    "test_efficientnet_impl.py",
+)
+
+
+def _xdist_group(item) -> str:
+  module = item.path.name
+  if module in ("test_train.py", "test_checkpointing.py"):
+    return "tiny_training"
+  name = f"{module}::{item.originalname}"
+  return name if name in HEAVY_FIRST else module
+
+
+@pytest.hookimpl(tryfirst=True)  # Before xdist reads the marks.
+def pytest_collection_modifyitems(config, items):
+  del config
+  groups = {item: _xdist_group(item) for item in items}
+  rank = lambda g: HEAVY_FIRST.index(g) if g in HEAVY_FIRST else len(HEAVY_FIRST)
+  order = {item: i for i, item in enumerate(items)}
+  items.sort(key=lambda item: (rank(groups[item]), order[item]))
+  for item in items:
+    item.add_marker(pytest.mark.xdist_group(groups[item]))
 
 
 def _data_dir_or_skip(module, name: str) -> str:

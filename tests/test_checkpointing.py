@@ -1,9 +1,11 @@
 """Unreadable checkpoints: moved aside with one warning, the previous step restored, or one error.
 
-One reference run (6 steps, checkpoints at 2, 4, 6) and one run stopped by
-SIGTERM at step 4 (checkpoints 2 and 4); each test corrupts a copy of the
+One reference run (10 steps, checkpoints at 2, 4, ..., 10) and one run stopped
+by SIGTERM at step 4 (checkpoints 2 and 4); each test corrupts a copy of the
 stopped run. Every run has the same config, so the train step compiles once
-(JAX's persistent cache makes the later compiles a lookup).
+(JAX's persistent cache makes the later compiles a lookup); it is test_train's
+program too (10 steps: the same learning-rate schedule), and the two files run
+in one xdist group, so whichever runs second compiles nothing.
 """
 
 import json
@@ -26,7 +28,7 @@ JAX_CACHE = os.environ.get("MURAL_TEST_JAX_CACHE", "/tmp/mural_test_jax_cache")
 jax.config.update("jax_compilation_cache_dir", JAX_CACHE)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 
-STEPS = dict(total_steps=6, checkpoint_every_steps=2, keep_checkpoints=5, eval_every_steps=0,
+STEPS = dict(total_steps=10, checkpoint_every_steps=2, keep_checkpoints=5, eval_every_steps=0,
              log_every_steps=1)
 
 
@@ -61,7 +63,7 @@ def setup(config):
 
 @pytest.fixture(scope="module")
 def reference(config, tmp_path_factory):
-  """6 steps without a stop: (workdir, result)."""
+  """10 steps without a stop: (workdir, result)."""
   workdir = tmp_path_factory.mktemp("reference")
   return workdir, train.train_and_evaluate(config, str(workdir), evaluators=[])
 
@@ -123,13 +125,13 @@ def test_unreadable_newest_step_is_moved_aside_and_the_run_resumes_from_the_one_
   (aside,) = moved(workdir, 4)
   assert str(aside) in warning
   assert snapshot(aside) == corrupted  # Moved, not deleted: every byte still there.
-  assert steps(workdir) == [2, 4, 6]  # 4 saved again by the resumed run.
+  assert steps(workdir) == [2, 4, 6, 8, 10]  # 4 saved again by the resumed run.
   err = capfd.readouterr().err
   assert "Traceback" not in err and "Event loop is closed" not in err, err[-3000:]
 
-  assert resumed["step"] == 6
+  assert resumed["step"] == 10
   got, want = read_jsonl(workdir / "metrics.jsonl"), read_jsonl(reference_dir / "metrics.jsonl")
-  assert [l["step"] for l in got] == list(range(1, 7))
+  assert [l["step"] for l in got] == list(range(1, 11))
   assert [l["loss"] for l in got] == [l["loss"] for l in want]
   jax.tree.map(np.testing.assert_array_equal, jax.device_get(resumed["state"].params),
                jax.device_get(full["state"].params))

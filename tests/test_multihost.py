@@ -25,13 +25,13 @@ from conftest import ROOT, HookedIterator, tiny_config  # ml_collections only: i
 # compiled for another process layout (the 1 x 4 reference has the same HLO)
 # runs different collectives than its peer, and gloo fails with a size mismatch.
 NO_CACHE = dict(JAX_ENABLE_COMPILATION_CACHE="false")
-STEPS = 6
+STEPS = 4
 
 
 def tiny(vocab_path):
   return tiny_config(vocab_path, languages=("en", "de"), total_steps=STEPS,
                      eval_every_steps=0,  # Only the final evaluation.
-                     checkpoint_every_steps=3,
+                     checkpoint_every_steps=2,  # One checkpoint mid-run, one at the end.
                      mesh__data=2, mesh__fsdp=-1,  # Exercise FSDP across processes too.
                      shard_min_size=0)
 
@@ -90,16 +90,29 @@ import json
 r = train.train_and_evaluate(tiny({vocab_path!r}), {str(one)!r})
 print("RESULT " + json.dumps(r["eval"]))
 """
-  r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-                     timeout=600)
-  assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-  want_eval = json.loads([l for l in r.stdout.splitlines() if l.startswith("RESULT ")][-1][7:])
-
+  # The reference and the 2-process run side by side (output to files: no pipe fills up).
+  one_log, two_log = tmp_path / "one.log", tmp_path / "two.log"
+  with open(one_log, "w") as f:
+    reference = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, stdout=f,
+                                 stderr=subprocess.STDOUT, text=True)
   two = tmp_path / "two"
-  r = subprocess.run([sys.executable, "launch/local_multiprocess.py", "--num_processes=2",
-                      "--devices_per_process=2", f"--script={__file__}", "--", str(two), vocab_path],
-                     cwd=ROOT, env=dict(os.environ, **NO_CACHE, TF_CPP_MIN_LOG_LEVEL="3"), capture_output=True,
-                     text=True, timeout=600)
+  with open(two_log, "w") as out, open(tmp_path / "two.err", "w") as err:
+    pair = subprocess.Popen([sys.executable, "launch/local_multiprocess.py", "--num_processes=2",
+                             "--devices_per_process=2", f"--script={__file__}", "--", str(two), vocab_path],
+                            cwd=ROOT, env=dict(os.environ, **NO_CACHE, TF_CPP_MIN_LOG_LEVEL="3"), stdout=out,
+                            stderr=err, text=True)
+  try:
+    reference.wait(timeout=600)
+    pair.wait(timeout=600)
+  finally:
+    for p in (reference, pair):
+      if p.poll() is None:
+        p.kill()
+  out = one_log.read_text()
+  assert reference.returncode == 0, out[-6000:]
+  want_eval = json.loads([l for l in out.splitlines() if l.startswith("RESULT ")][-1][7:])
+  r = subprocess.CompletedProcess(pair.args, pair.returncode, two_log.read_text(),
+                                  (tmp_path / "two.err").read_text())
   assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
   results = [json.loads(l.split("RESULT ", 1)[1]) for l in r.stdout.splitlines() if "RESULT " in l]
   assert sorted(x["process"] for x in results) == [0, 1]
@@ -116,8 +129,8 @@ print("RESULT " + json.dumps(r["eval"]))
     for k, v in want_eval.items():
       assert x["eval"][k] == pytest.approx(v, abs=1e-6), k
   # One checkpoint per save, written jointly, holding both processes' input state.
-  assert sorted(int(p.name) for p in (two / "checkpoints").iterdir() if p.name.isdigit()) == [3, 6]
-  data = json.loads((two / "checkpoints" / "6" / "data" / "metadata").read_text())
+  assert sorted(int(p.name) for p in (two / "checkpoints").iterdir() if p.name.isdigit()) == [2, STEPS]
+  data = json.loads((two / "checkpoints" / str(STEPS) / "data" / "metadata").read_text())
   assert data["process_count"] == 2 and len(data["processes"]) == 2
   assert data["processes"][0] == data["processes"][1]  # Both read the same 1-process stream.
 

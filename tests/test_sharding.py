@@ -1,10 +1,13 @@
 """mural.sharding: mesh sizes, the divisibility fallback, and sharded training == 1 device.
 
-The equivalence test runs the tiny model for 10 steps on 1 CPU device and on
-8 forced CPU devices as meshes 8x1x1 (data), 2x4x1 (data x fsdp) and 2x1x4
-(data x model), in subprocesses (the device count is fixed at JAX start-up).
-Losses must agree to 1e-4 relative: the in-batch softmax and batch-norm
-statistics are over the global batch whatever the mesh.
+The equivalence test runs the tiny model for 10 steps on 8 forced CPU devices
+as meshes 8x1x1 (data), 2x4x1 (data x fsdp) and 2x1x4 (data x model), in one
+subprocess (the device count is fixed at JAX start-up), then on 1 CPU device in
+the test's own process. Losses must agree to 1e-4
+relative: the in-batch softmax and batch-norm statistics are over the global
+batch whatever the mesh. The 1-device run is test_train's tiny program (same
+model, optimizer, total_steps and shardings), so under the persistent
+compilation cache it compiles nothing.
 """
 
 import json
@@ -86,34 +89,43 @@ def test_rules_validation_names_the_rule():
 # ---- Sharded training equals single-device training ------------------------------
 
 
-def _worker(workdir: str, vocab_path: str, meshes):
-  """Runs in a subprocess: trains on each mesh, prints one JSON line per mesh."""
+def _train_on_mesh(workdir: str, vocab_path: str, name: str) -> dict:
+  """Trains on one mesh: its losses, shardings, first batch-norm statistics and bytes."""
   import jax
   from mural import sharding
   from mural import train
+  config = tiny(vocab_path)
+  if name in MESHES:
+    config.mesh.data, config.mesh.fsdp, config.mesh.model = MESHES[name]
+  else:  # 1 device: nothing to shard; the default shard_min_size makes it test_train's program.
+    config.mesh.data, config.mesh.fsdp, config.mesh.model = (1, 1, 1)
+    config.shard_min_size = load_config().shard_min_size
+  result = train.train_and_evaluate(config, os.path.join(workdir, name), evaluators=[])
+  state = result["state"]
+  losses = [json.loads(l)["loss"] for l in open(os.path.join(workdir, name, "metrics.jsonl"))]
+  params = sharding.describe(jax.tree.map(lambda x: x.sharding, state.params))
+  mu = sharding.describe(jax.tree.map(lambda x: x.sharding, state.opt_state))
+  stats = jax.tree.leaves(jax.device_get(state.batch_stats))
+  device0 = jax.devices()[0]
+  on_device0 = lambda tree: sum(s.data.nbytes for x in jax.tree.leaves(tree) for s in x.addressable_shards
+                                if s.device == device0)
+  return dict(
+      mesh=name, devices=jax.device_count(), losses=losses, params=params, opt_state=mu,
+      batch_stats=[np.asarray(s).ravel()[:8].tolist() for s in stats[:6]],
+      bytes=dict(params=sum(x.nbytes for x in jax.tree.leaves(state.params)),
+                 params_device0=on_device0(state.params),
+                 opt_state=sum(x.nbytes for x in jax.tree.leaves(state.opt_state)),
+                 opt_state_device0=on_device0(state.opt_state)))
+
+
+def _worker(workdir: str, vocab_path: str, meshes):
+  """Runs in a subprocess: trains on each mesh, prints one JSON line per mesh."""
   for name in meshes:
-    config = tiny(vocab_path)
-    config.mesh.data, config.mesh.fsdp, config.mesh.model = MESHES.get(name, (1, 1, 1))
-    result = train.train_and_evaluate(config, os.path.join(workdir, name), evaluators=[])
-    state = result["state"]
-    losses = [json.loads(l)["loss"] for l in open(os.path.join(workdir, name, "metrics.jsonl"))]
-    params = sharding.describe(jax.tree.map(lambda x: x.sharding, state.params))
-    mu = sharding.describe(jax.tree.map(lambda x: x.sharding, state.opt_state))
-    stats = jax.tree.leaves(jax.device_get(state.batch_stats))
-    device0 = jax.devices()[0]
-    on_device0 = lambda tree: sum(s.data.nbytes for x in jax.tree.leaves(tree) for s in x.addressable_shards
-                                  if s.device == device0)
-    print("RESULT " + json.dumps(dict(
-        mesh=name, devices=jax.device_count(), losses=losses, params=params, opt_state=mu,
-        batch_stats=[np.asarray(s).ravel()[:8].tolist() for s in stats[:6]],
-        bytes=dict(params=sum(x.nbytes for x in jax.tree.leaves(state.params)),
-                   params_device0=on_device0(state.params),
-                   opt_state=sum(x.nbytes for x in jax.tree.leaves(state.opt_state)),
-                   opt_state_device0=on_device0(state.opt_state)))), flush=True)
+    print("RESULT " + json.dumps(_train_on_mesh(workdir, vocab_path, name)), flush=True)
 
 
 def _start_worker(workdir, vocab_path, devices, meshes):
-  """Popen of the worker; output goes to files (two workers run side by side)."""
+  """Popen of the worker; output goes to files."""
   env = dict(os.environ, **CACHE_ENV, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3",
              XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
   workdir.mkdir(parents=True)
@@ -132,9 +144,16 @@ def _results(worker):
 
 
 def test_sharded_training_matches_one_device(tmp_path, tiny_vocab):
-  one = _start_worker(tmp_path / "one", tiny_vocab, 1, ["1x1x1"])  # The two run side by side.
   eight = _start_worker(tmp_path / "eight", tiny_vocab, 8, list(MESHES))
-  single, sharded = _results(one)["1x1x1"], _results(eight)
+  sharded = _results(eight)
+  assert sorted(sharded) == sorted(MESHES)
+  # The 1-device run, in this process (it has 1 CPU device), after the subprocess: by then
+  # test_train has compiled its program into the persistent cache.
+  import jax
+  jax.config.update("jax_compilation_cache_dir", CACHE_ENV["JAX_COMPILATION_CACHE_DIR"])
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+  single = _train_on_mesh(str(tmp_path / "one"), tiny_vocab, "1x1x1")
+  assert single["devices"] == 1, single["devices"]
   want = np.asarray(single["losses"])
   assert len(want) == 10 and np.all(np.isfinite(want))
   for name, run in sharded.items():
