@@ -837,6 +837,7 @@ def image_text_source(config, split: str, process_index: int, process_count: int
   s = settings.render_size
   ds = _index_dataset(num_image_text(settings, split), process_index, process_count, start_index, num_epochs)
 
+  @tf.autograph.experimental.do_not_convert  # Plain graph code; AutoGraph only warns about it.
   def make(indices):
     images, captions, langs = tf.numpy_function(
         lambda idx: image_text_batch(settings, split, idx), [indices], [tf.uint8, tf.string, tf.string],
@@ -859,6 +860,7 @@ def text_pair_source(config, split: str, process_index: int, process_count: int,
   ds = _index_dataset(num_text_pairs(settings, split), process_index, process_count, start_index, num_epochs)
   keys = ("left", "right", "left_lang", "right_lang")
 
+  @tf.autograph.experimental.do_not_convert  # Plain graph code; AutoGraph only warns about it.
   def make(indices):
     columns = tf.numpy_function(lambda idx: text_pair_batch(settings, split, idx), [indices],
                                 [tf.string] * 4, stateful=False)
