@@ -42,7 +42,11 @@ What it prints, per configuration (the same figures as bench_step.py):
                  after the timed steps (model, optimizer state, activations,
                  allocator caches, the Python / torch runtime);
   GFLOP/step     torch.utils.flop_counter's count of one step (convs and matmuls,
-                 forward + backward), measured after the timed steps, and GFLOP/s;
+                 forward + backward), measured after the timed steps, and GFLOP/s.
+                 Not comparable with bench_step.py's XLA figure: at the defaults
+                 it counts 1423 GFLOP against XLA's 188 for the same towers (3 x
+                 the forward is about 180-190 either way), apparently counting
+                 the depthwise kernel gradients as dense convs;
   torch matmul   GFLOP/s of an f32 [4096]^2 torch.mm (median of --matmul_repeats);
 then a table of all configurations and one JSON line with every figure.
 """
@@ -105,7 +109,8 @@ def run_one(args) -> dict:
       vision_cfg=dict(timm_model_name="efficientnet_b0", timm_model_pretrained=False, timm_pool="avg",
                       timm_proj="linear", image_size=args.image_size),
       text_cfg=dict(context_length=args.context, vocab_size=args.vocab, width=args.width,
-                    heads=args.heads, layers=args.layers, mlp_ratio=args.mlp / args.width))
+                    heads=args.heads, layers=args.layers, mlp_ratio=args.mlp / args.width),
+      output_dict=True)
   model.train()
   images = torch.randn(args.batch, 3, args.image_size, args.image_size)
   texts = torch.randint(1, args.vocab, (args.batch, args.context))
