@@ -39,9 +39,11 @@ What it prints:
                  '3 x forward GFLOP' (cost analysis of the step's forward and
                  losses before optimisation, times 3) is printed as a cross-check;
   GFLOP/s, MFU   XLA GFLOP / median step time, and its ratio to the peak: an f32
-                 [4096, 4096] @ [4096, 4096] jnp.dot timed in this same run
-                 (median of --matmul_repeats) on CPU, or --peak_gflops (a
-                 datasheet figure) when given (use it on a GPU);
+                 [4096, 4096] @ [4096, 4096] jnp.dot timed in this same run on
+                 CPU, one after each timed step (round robin: on a shared
+                 machine both see the same mix of load), median; or
+                 --peak_gflops (a datasheet figure) when given (use it on a GPU).
+                 With --dtype=bfloat16 a bf16 matmul is timed too;
   pipeline       samples/s of mural's real tf.data training input
                  (pipeline.build_train_iterator on the built-in synthetic
                  source, same image size, text length and batch, rendered at
@@ -95,7 +97,6 @@ def parse_args(argv):
                  help="config.model.image.conv_impl")
   p.add_argument("--warmup", type=int, default=2, help="untimed steps after compiling")
   p.add_argument("--steps", type=int, default=5, help="timed steps")
-  p.add_argument("--matmul_repeats", type=int, default=5)
   p.add_argument("--peak_gflops", type=float, default=None,
                  help="peak FLOP/s (GFLOP/s) to divide by, e.g. a GPU's datasheet figure; "
                       "default: the matmul measured here")
@@ -164,20 +165,20 @@ def peak_rss_bytes() -> int:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB.
 
 
-def matmul_peak(dtype, repeats):
-  """(median seconds, FLOP/s) of an [N, N] @ [N, N] jnp.dot in `dtype`."""
+def matmul(dtype):
+  """A function timing one [N, N] @ [N, N] jnp.dot in `dtype` (compiled and warmed up here)."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   a = jax.random.normal(jax.random.key(1), (MATMUL, MATMUL), jnp.float32).astype(dtype)
   f = jax.jit(jnp.dot)
   jax.block_until_ready(f(a, a.T))
-  times = []
-  for _ in range(repeats):
+
+  def timed():
     t0 = time.perf_counter()
     jax.block_until_ready(f(a, a.T))
-    times.append(time.perf_counter() - t0)
-  s = statistics.median(times)
-  return s, 2.0 * MATMUL ** 3 / s
+    return time.perf_counter() - t0
+
+  return timed
 
 
 def pipeline_rate(config, batches):
@@ -357,6 +358,7 @@ def main(argv=None) -> None:
   t1 = time.perf_counter()
   compiled = lowered.compile()
   t2 = time.perf_counter()
+  rss_compiled = peak_rss_bytes()
   lower_s, compile_s = t1 - t0, t2 - t1
   xla_flops = cost_flops(compiled)
   mem = compiled.memory_analysis()
@@ -365,16 +367,21 @@ def main(argv=None) -> None:
   fwd_flops = cost_flops(fwd.lower(state.params, state.batch_stats, batch, jax.random.key(0)))
   print(f"params: {n_params / 1e6:.2f} M; trace + lower {lower_s:.1f} s, compile {compile_s:.1f} s")
 
-  # ---- Timed steps. ---------------------------------------------------------
+  # ---- Timed steps, each followed by a timed matmul (the peak). --------------
+  matmuls = {"f32": matmul(jnp.float32)}
+  if args.dtype == "bfloat16":
+    matmuls["bf16"] = matmul(jnp.bfloat16)
   for _ in range(args.warmup):
     state, metrics = compiled(state, batch)
     jax.block_until_ready((state, metrics))
-  times = []
+  times, mm_times = [], {k: [] for k in matmuls}
   for _ in range(args.steps):
     t0 = time.perf_counter()
     state, metrics = compiled(state, batch)
     jax.block_until_ready((state, metrics))
     times.append(time.perf_counter() - t0)
+    for k, timed in matmuls.items():
+      mm_times[k].append(timed())
   rss = peak_rss_bytes()
   loss = float(metrics["loss"])
   step_s = statistics.median(times)
@@ -383,20 +390,22 @@ def main(argv=None) -> None:
         f"steps after {args.warmup} warm-up; loss {loss:.4f}")
   print(f"samples/s: {samples_s:.2f}")
   print(f"peak RSS: {rss / 2**30:.2f} GiB (process, after the timed steps; "
-        f"{rss_before / 2**30:.2f} GiB before compiling)")
+        f"{rss_before / 2**30:.2f} GiB before compiling, {rss_compiled / 2**30:.2f} GiB after)")
   if mem is not None:
     print(f"XLA memory: arguments {mem.argument_size_in_bytes / 2**30:.2f} GiB, outputs "
           f"{mem.output_size_in_bytes / 2**30:.2f} GiB, temporaries {mem.temp_size_in_bytes / 2**30:.2f} GiB, "
           f"aliased {mem.alias_size_in_bytes / 2**30:.2f} GiB")
 
   # ---- FLOPs and the matmul peak. ---------------------------------------------
-  mm_s, mm_rate = matmul_peak(jnp.float32, args.matmul_repeats)
-  print(f"matmul f32 [{MATMUL}]^2: median {mm_s:.3f} s = {mm_rate / 1e9:.1f} GFLOP/s (measured peak)")
+  mm_s = statistics.median(mm_times["f32"])
+  mm_rate = 2.0 * MATMUL ** 3 / mm_s
+  print(f"matmul f32 [{MATMUL}]^2: median {mm_s:.3f} s (min {min(mm_times['f32']):.3f}) = "
+        f"{mm_rate / 1e9:.1f} GFLOP/s (measured peak, one after each timed step)")
   result_bf16 = {}
-  if args.dtype == "bfloat16":
-    bs, brate = matmul_peak(jnp.bfloat16, args.matmul_repeats)
-    print(f"matmul bf16 [{MATMUL}]^2: median {bs:.3f} s = {brate / 1e9:.1f} GFLOP/s")
-    result_bf16 = {"matmul_bf16_gflops": brate / 1e9}
+  if "bf16" in mm_times:
+    brate = 2.0 * MATMUL ** 3 / statistics.median(mm_times["bf16"])
+    print(f"matmul bf16 [{MATMUL}]^2: {brate / 1e9:.1f} GFLOP/s")
+    result_bf16 = {"matmul_bf16_gflops": round(brate / 1e9, 2)}
   peak = args.peak_gflops * 1e9 if args.peak_gflops else mm_rate
   rate = xla_flops / step_s
   print(f"XLA GFLOP/step: {xla_flops / 1e9:.1f} (3 x forward GFLOP: {3 * fwd_flops / 1e9:.1f}); "
@@ -428,9 +437,11 @@ def main(argv=None) -> None:
       "step_s_all": [round(t, 4) for t in times], "lower_s": round(lower_s, 2),
       "compile_s": round(compile_s, 2), "peak_rss_gib": round(rss / 2**30, 3),
       "rss_before_compile_gib": round(rss_before / 2**30, 3),
+      "rss_after_compile_gib": round(rss_compiled / 2**30, 3),
       "xla_temp_gib": round(mem.temp_size_in_bytes / 2**30, 3) if mem is not None else None,
       "xla_gflop": round(xla_flops / 1e9, 2), "fwd3_gflop": round(3 * fwd_flops / 1e9, 2),
       "gflops": round(rate / 1e9, 2), "matmul_f32_gflops": round(mm_rate / 1e9, 2),
+      "matmul_s_all": [round(t, 4) for t in mm_times["f32"]],
       "peak_gflops": round(peak / 1e9, 2), "mfu": round(rate / peak, 4),
       "mfu_fwd3": round(3 * fwd_flops / step_s / peak, 4), "loss": loss,
       **result_bf16, **result_pipe, **result_prof}))
