@@ -19,7 +19,7 @@ demo: $(STAMP)
 	$(PY) -m mural.main --config=configs/demo.py --workdir=$(WORKDIR)
 
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder --durations=15 -rfE tests
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 -rfE tests
 
 clean:
 	rm -rf $(VENV) build *.egg-info

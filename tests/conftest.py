@@ -109,57 +109,35 @@ def tiny_vocab(tmp_path_factory) -> str:
     return done.read_text()
 
 
-# ---- Scheduling under pytest-xdist (`make test`: -n 2 --dist loadgroup --no-loadscope-reorder) ----
-# Each group runs whole on one worker, in the order below: the long end-to-end
-# groups first (so the two workers stay busy to the end), every other file as
-# one group (its module fixtures are built once). test_train and
-# test_checkpointing are one group: they train the same program (same config
-# up to logging and checkpoint cadence), compiled once and then read from the
-# persistent compilation cache.
+# ---- Scheduling under pytest-xdist (`make test`: -n 2 --dist loadfile --no-loadscope-reorder) ----
+# Each file runs whole on one worker (its module fixtures are built once), in
+# the order below: the long end-to-end files first, so the two workers stay
+# busy to the end; in a file, its longest test first. test_sharding's 8-device
+# subprocess keeps one worker busy while the other compiles test_train's
+# program; test_checkpointing, test_sharding's 1-device run and most of
+# test_train then read that program from the persistent compilation cache.
+# (Not --dist loadgroup: with pytest 9 its xdist_group marks do not group.)
 HEAVY_FIRST = (
-    "tiny_training",  # test_train.py + test_checkpointing.py
+    "test_train.py",
     "test_sharding.py::test_sharded_training_matches_one_device",
+    "test_sharding.py",
+    "test_checkpointing.py",
     "test_multihost.py::test_two_processes_match_one_process",
+    "test_multihost.py",
+    "test_system.py::test_toy_system_trains_through_the_public_trainer",
     "test_system.py",
     "test_efficientnet_impl.py",
 )
 
 
-def _xdist_group(item) -> str:
-  module = item.path.name
-  if module in ("test_train.py", "test_checkpointing.py"):
-    return "tiny_training"
-  name = f"{module}::{item.originalname}"
-  return name if name in HEAVY_FIRST else module
+def _rank(item) -> int:
+  for name in (f"{item.path.name}::{item.originalname}", item.path.name):
+    if name in HEAVY_FIRST:
+      return HEAVY_FIRST.index(name)
+  return len(HEAVY_FIRST)
 
 
-@pytest.hookimpl(tryfirst=True)  # Before xdist reads the marks.
 def pytest_collection_modifyitems(config, items):
   del config
-  groups = {item: _xdist_group(item) for item in items}
-  rank = lambda g: HEAVY_FIRST.index(g) if g in HEAVY_FIRST else len(HEAVY_FIRST)
   order = {item: i for i, item in enumerate(items)}
-  items.sort(key=lambda item: (rank(groups[item]), order[item]))
-  for item in items:
-    item.add_marker(pytest.mark.xdist_group(groups[item]))
-
-
-def _data_dir_or_skip(module, name: str) -> str:
-  try:
-    return module.data_dir()
-  except ValueError as e:
-    pytest.skip(f"{name} data not available: {e}")
-
-
-@pytest.fixture(scope="session")
-def multi30k_dir() -> str:
-  """The Multi30k release dir ($MURAL_MULTI30K_DIR or <repo>/../shared/data/multi30k); skips if absent."""
-  from mural.data import multi30k  # pylint: disable=g-import-not-at-top
-  return _data_dir_or_skip(multi30k, "Multi30k")
-
-
-@pytest.fixture(scope="session")
-def flickr8k_dir() -> str:
-  """The flickr8k_1k dir ($MURAL_FLICKR8K_DIR or <repo>/../shared/data/flickr8k_1k); skips if absent."""
-  from mural.data import flickr8k  # pylint: disable=g-import-not-at-top
-  return _data_dir_or_skip(flickr8k, "Flickr8k")
+  items.sort(key=lambda item: (_rank(item), order[item]))

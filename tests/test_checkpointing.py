@@ -4,8 +4,8 @@ One reference run (10 steps, checkpoints at 2, 4, ..., 10) and one run stopped
 by SIGTERM at step 4 (checkpoints 2 and 4); each test corrupts a copy of the
 stopped run. Every run has the same config, so the train step compiles once
 (JAX's persistent cache makes the later compiles a lookup); it is test_train's
-program too (10 steps: the same learning-rate schedule), and the two files run
-in one xdist group, so whichever runs second compiles nothing.
+program too (10 steps: the same learning-rate schedule), so with test_train
+run first (tests/conftest.py orders the files) it compiles nothing.
 """
 
 import json
