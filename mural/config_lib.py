@@ -73,6 +73,7 @@ def base_config() -> ml_collections.ConfigDict:
   # LAMB settings shared by every task's optimizer (each task has its own
   # state and its own peak rate, tasks.<name>.learning_rate; see optim.py).
   c.optim = ml_collections.ConfigDict()
+  c.optim.layer_adaptation = True  # LAMB's trust ratio (the papers); False: AdamW.
   c.optim.weight_decay = 1e-5  # Masked off biases, norms and the temperature.
   c.optim.warmup_steps = 10_000  # Linear warm-up from 0.
   c.optim.b1 = 0.9
@@ -261,6 +262,8 @@ def validate(c: ml_collections.ConfigDict) -> None:
   _require(0.0 <= o.b1 < 1.0, "optim.b1", f"must be in [0, 1), got {o.b1}")
   _require(0.0 <= o.b2 < 1.0, "optim.b2", f"must be in [0, 1), got {o.b2}")
   _require(o.eps > 0, "optim.eps", "must be positive")
+  _require(isinstance(o.layer_adaptation, bool), "optim.layer_adaptation",
+           f"must be True or False, got {o.layer_adaptation!r}")
   _require(o.weight_decay >= 0, "optim.weight_decay", "must be >= 0")
   _require(o.grad_clip_norm is None or o.grad_clip_norm > 0, "optim.grad_clip_norm",
            f"must be None or positive, got {o.grad_clip_norm}")

@@ -93,7 +93,7 @@ def params_read_by(fn: Callable[..., Mapping[str, jax.Array]], params: Any, *arg
 
 
 def lamb(learning_rate, b1: float, b2: float, eps: float, weight_decay: float,
-         mask=weight_decay_mask) -> optax.GradientTransformation:
+         mask=weight_decay_mask, layer_adaptation: bool = True) -> optax.GradientTransformation:
   """LAMB (You et al. 2020) with layer adaptation only where weight decay applies.
 
   optax.lamb is the same chain but scales every tensor by its trust ratio
@@ -103,11 +103,16 @@ def lamb(learning_rate, b1: float, b2: float, eps: float, weight_decay: float,
   at its initial value. BERT's and ALIGN's LAMB exclude such tensors from
   layer adaptation (exclude_from_layer_adaptation = the weight-decay
   exclusions); so does this one. The rest is optax.lamb's chain.
+
+  layer_adaptation=False drops the trust ratio: AdamW (decoupled weight
+  decay, the same mask). LAMB moves every layer by `learning_rate` times its
+  norm per step, whatever the batch; short runs of small models from scratch
+  learn faster with AdamW (configs/demo.py).
   """
   return optax.chain(
       optax.scale_by_adam(b1=b1, b2=b2, eps=eps),
       optax.add_decayed_weights(weight_decay, mask),
-      optax.masked(optax.scale_by_trust_ratio(), mask),
+      optax.masked(optax.scale_by_trust_ratio(), mask) if layer_adaptation else optax.identity(),
       optax.scale_by_learning_rate(learning_rate))
 
 
@@ -115,7 +120,7 @@ def task_lamb(optim_config, peak_learning_rate: float, total_steps: int) -> opta
   """Clip (optional) + LAMB with masked weight decay and the task's schedule."""
   schedule = learning_rate_schedule(peak_learning_rate, optim_config.warmup_steps, total_steps)
   tx = lamb(schedule, b1=optim_config.b1, b2=optim_config.b2, eps=optim_config.eps,
-            weight_decay=optim_config.weight_decay)
+            weight_decay=optim_config.weight_decay, layer_adaptation=optim_config.layer_adaptation)
   if optim_config.grad_clip_norm is not None:
     tx = optax.chain(optax.clip_by_global_norm(optim_config.grad_clip_norm), tx)
   return tx

@@ -25,8 +25,10 @@ def optim_config(**overrides):
 # ---- NumPy LAMB (float64), the reference -------------------------------------
 
 
-def numpy_lamb(params, grads_per_step, lrs, b1=0.9, b2=0.999, eps=1e-6, wd=0.0, decay=None, clip=None):
-  """LAMB: adam -> +wd*p -> trust ratio -> -lr; decay and trust ratio only where decay[k]."""
+def numpy_lamb(params, grads_per_step, lrs, b1=0.9, b2=0.999, eps=1e-6, wd=0.0, decay=None, clip=None,
+               trust_ratio=True):
+  """LAMB: adam -> +wd*p -> trust ratio -> -lr; decay and trust ratio only where decay[k].
+  trust_ratio=False: AdamW."""
   p = {k: np.asarray(v, np.float64) for k, v in params.items()}
   m = {k: np.zeros_like(v) for k, v in p.items()}
   v2 = {k: np.zeros_like(v) for k, v in p.items()}
@@ -43,7 +45,7 @@ def numpy_lamb(params, grads_per_step, lrs, b1=0.9, b2=0.999, eps=1e-6, wd=0.0, 
       if decay is None or decay[k]:
         u = u + wd * p[k]
         pn, un = np.linalg.norm(p[k]), np.linalg.norm(u)
-        ratio = pn / un if pn > 0 and un > 0 else 1.0
+        ratio = pn / un if pn > 0 and un > 0 and trust_ratio else 1.0
       p[k] = p[k] - lr * ratio * u
   return p
 
@@ -115,6 +117,20 @@ def test_lamb_matches_numpy_with_masked_decay():
   # The bias got neither decay nor trust ratio: LAMB on everything differs there.
   all_decay = numpy_lamb(PARAMS, GRADS, [float(lr(s)) for s in range(3)], wd=0.1)
   assert not np.allclose(all_decay["bias"], want["bias"])
+
+
+def test_without_layer_adaptation_it_is_adamw_with_the_same_mask():
+  c = optim_config(weight_decay=0.1, warmup_steps=1, layer_adaptation=False)
+  tx = optim.task_lamb(c, peak_learning_rate=0.01, total_steps=5)
+  got = run_optax(tx, {k: jnp.asarray(v) for k, v in PARAMS.items()}, GRADS)
+  lr = optim.learning_rate_schedule(0.01, 1, 5)
+  want = numpy_lamb(PARAMS, GRADS, [float(lr(s)) for s in range(3)], wd=0.1,
+                    decay={"kernel": True, "bias": False}, trust_ratio=False)
+  for k in PARAMS:
+    np.testing.assert_allclose(got[k], want[k], rtol=2e-5, atol=1e-7)
+  lamb = run_optax(optim.task_lamb(optim_config(weight_decay=0.1, warmup_steps=1), 0.01, 5),
+                   {k: jnp.asarray(v) for k, v in PARAMS.items()}, GRADS)
+  assert not np.allclose(lamb["kernel"], want["kernel"])
 
 
 def test_zero_initialised_scalar_keeps_learning():
