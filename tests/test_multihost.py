@@ -102,8 +102,8 @@ print("RESULT " + json.dumps(r["eval"]))
                             cwd=ROOT, env=dict(os.environ, **NO_CACHE, TF_CPP_MIN_LOG_LEVEL="3"), stdout=out,
                             stderr=err, text=True)
   try:
-    reference.wait(timeout=600)
-    pair.wait(timeout=600)
+    reference.wait(timeout=1200)  # Hang guards: ~2 min on 2 idle cores, far more on a shared machine.
+    pair.wait(timeout=1200)
   finally:
     for p in (reference, pair):
       if p.poll() is None:

@@ -136,7 +136,11 @@ def _start_worker(workdir, vocab_path, devices, meshes):
 
 def _results(worker):
   workdir, proc = worker
-  proc.wait(timeout=900)
+  try:
+    proc.wait(timeout=1800)  # A hang guard: ~3 min on 2 idle cores, far more on a shared machine.
+  finally:
+    if proc.poll() is None:
+      proc.kill()
   out, err = (workdir / "stdout.txt").read_text(), (workdir / "stderr.txt").read_text()
   assert proc.returncode == 0, out[-3000:] + err[-3000:]
   results = [json.loads(l[len("RESULT "):]) for l in out.splitlines() if l.startswith("RESULT ")]
