@@ -245,22 +245,24 @@ def _category(opcode, body):
 
 def _part(op_name):
   """A coarse model part from an op's metadata name (flax module path)."""
-  if "image_tower" in op_name or "EfficientNet" in op_name:
+  if "image_tower" in op_name:
+    inner = op_name.split("image_tower", 1)[1]
+    if "silu" in inner:
+      return "image/swish"
     for part in ("expand_conv", "expand_bn", "depthwise_conv", "depthwise_bn", "se_reduce",
                  "se_expand", "project_conv", "project_bn", "stem_conv", "stem_bn", "head_conv",
                  "head_bn"):
-      if part in op_name:
+      if part in inner:
         return f"image/{part}"
-    return "image/other (swish, SE gate, residual, pool)"
-  if "text_tower" in op_name or "Bert" in op_name:
-    for part in ("attention", "mlp_in", "mlp_out", "norm", "token_embed", "embed"):
-      if part in op_name:
-        return f"text/{part}"
+    return "image/other (SE gate, residual, pool)"
+  if "text_tower" in op_name:
+    inner = op_name.split("text_tower", 1)[1]
+    for part in ("attention", "mlp_in", "mlp_out", "gelu", "erf", "norm", "token_embed"):
+      if part in inner:
+        return f"text/{'gelu' if part == 'erf' else part}"
     return "text/other"
-  if "head" in op_name:
+  if "_head" in op_name:
     return "heads"
-  if "opt" in op_name.lower() or "lamb" in op_name.lower() or "update" in op_name.lower():
-    return "optimizer"
   return "other (loss, optimizer, glue)"
 
 
