@@ -15,8 +15,9 @@ on random inputs. Nothing of the step is re-implemented here.
 The default towers are those of a typical small CLIP benchmark: EfficientNet-B0
 with its 1280-wide head conv and a 256-d image projection head; BERT
 L4/H256/A4/MLP1024, vocab 30522, 32 tokens, with a 256-d text head; the ALIGN
-system (one image-text task: in-batch softmax both ways, LAMB); fp32; batch
-128 at 128 x 128 px. The full step runs: forward, loss, backward, optimizer.
+system (one image-text task: in-batch softmax both ways; LAMB, or AdamW with
+--optimizer=adamw as open_clip uses); fp32; batch 128 at 128 x 128 px. The
+full step runs: forward, loss, backward, optimizer.
 XLA options are passed through the XLA_FLAGS environment variable (an unknown
 flag makes XLA abort at start-up).
 
@@ -95,6 +96,8 @@ def parse_args(argv):
                  help="config.model.dtype: compute dtype of the towers (params stay float32)")
   p.add_argument("--conv_impl", default="auto", choices=["auto", "xla", "fast"],
                  help="config.model.image.conv_impl")
+  p.add_argument("--optimizer", default="lamb", choices=["lamb", "adamw"],
+                 help="lamb (the papers'), or adamw (config.optim.layer_adaptation=False, as open_clip)")
   p.add_argument("--warmup", type=int, default=2, help="untimed steps after compiling")
   p.add_argument("--steps", type=int, default=5, help="timed steps")
   p.add_argument("--peak_gflops", type=float, default=None,
@@ -128,6 +131,8 @@ def make_config(args):
   c.data.eval_resize = int(round(args.image_size * 346 / 289))
   c.data.synthetic.render_size = args.image_size
   c.optim.warmup_steps = 10  # Nonzero learning rates from the first step.
+  if args.optimizer == "adamw":
+    c.optim.layer_adaptation = False
   c.total_steps = 1_000_000
   config_lib.validate(c)
   return c
@@ -341,7 +346,7 @@ def main(argv=None) -> None:
         f"{args.depth or 'variant'}, conv_impl {args.conv_impl} -> {impl}) -> {args.embed_dim}; BERT "
         f"L{args.text_layers}/H{args.text_hidden}/A{args.text_heads}/MLP{args.text_mlp}, vocab "
         f"{args.vocab}, {args.text_len} tokens -> {args.embed_dim}; {args.dtype}; batch {args.batch} at "
-        f"{args.image_size}x{args.image_size} px; LAMB")
+        f"{args.image_size}x{args.image_size} px; {args.optimizer}")
 
   # ---- The production step, built as train_and_evaluate builds it. --------
   setup = train.build(config)
@@ -434,7 +439,7 @@ def main(argv=None) -> None:
       "image_size": args.image_size, "batch": args.batch, "variant": args.variant,
       "head_conv": not args.no_head_conv, "text": [args.text_layers, args.text_hidden, args.text_heads,
                                                     args.text_mlp, args.vocab, args.text_len],
-      "dtype": args.dtype, "conv_impl": impl, "params_m": round(n_params / 1e6, 3),
+      "dtype": args.dtype, "conv_impl": impl, "optimizer": args.optimizer, "params_m": round(n_params / 1e6, 3),
       "samples_s": round(samples_s, 3), "step_s_median": round(step_s, 4),
       "step_s_all": [round(t, 4) for t in times], "lower_s": round(lower_s, 2),
       "compile_s": round(compile_s, 2), "peak_rss_gib": round(rss / 2**30, 3),
