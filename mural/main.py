@@ -19,7 +19,10 @@ import json
 import logging as std_logging
 import os
 import sys
+import time
 import traceback
+
+_START = time.monotonic()  # The run's wall time is reported from here (imports included).
 
 # TensorFlow (the input pipeline) logs INFO lines about CPU features at import.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -164,6 +167,9 @@ def main(argv):
       train.train_and_evaluate(config, _WORKDIR.value)
     else:
       train.evaluate(config, _WORKDIR.value)
+    minutes, seconds = divmod(round(time.monotonic() - _START), 60)
+    logging.info("Done: --mode=%s in %d min %02d s of wall time (start-up, vocabulary and "
+                 "compilation included).", _MODE.value, minutes, seconds)
   except config_lib.ConfigError as e:
     _fail(2, str(e))
   except (FileNotFoundError, ValueError, TrainingError) as e:
