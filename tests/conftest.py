@@ -109,6 +109,27 @@ def tiny_vocab(tmp_path_factory) -> str:
     return done.read_text()
 
 
+def _data_dir_or_skip(module, name: str) -> str:
+  try:
+    return module.data_dir()
+  except ValueError as e:
+    pytest.skip(f"{name} data not available: {e}")
+
+
+@pytest.fixture(scope="session")
+def multi30k_dir() -> str:
+  """The Multi30k release dir ($MURAL_MULTI30K_DIR or <repo>/../shared/data/multi30k); skips if absent."""
+  from mural.data import multi30k  # pylint: disable=g-import-not-at-top
+  return _data_dir_or_skip(multi30k, "Multi30k")
+
+
+@pytest.fixture(scope="session")
+def flickr8k_dir() -> str:
+  """The flickr8k_1k dir ($MURAL_FLICKR8K_DIR or <repo>/../shared/data/flickr8k_1k); skips if absent."""
+  from mural.data import flickr8k  # pylint: disable=g-import-not-at-top
+  return _data_dir_or_skip(flickr8k, "Flickr8k")
+
+
 # ---- Scheduling under pytest-xdist (`make test`: -n 2 --dist loadfile --no-loadscope-reorder) ----
 # Each file runs whole on one worker (its module fixtures are built once), in
 # the order below: the long end-to-end files first, so the two workers stay
