@@ -55,6 +55,8 @@ def main():
   parser.add_argument("--scarce", default="sw", help="the language made scarce in image-caption pairs")
   parser.add_argument("--scarce_pairs", type=int, default=200)
   parser.add_argument("--pivot", default="en")
+  parser.add_argument("--seed", type=int, default=None, help="config.seed (model init and order); "
+                      "default: the demo's. Runs vary a lot with it: compare several.")
   args = parser.parse_args()
 
   sys.path.insert(0, str(ROOT))
@@ -68,6 +70,8 @@ def main():
   workdir.mkdir(parents=True, exist_ok=True)
 
   scarce = [f"--config.data.synthetic.pairs_per_language={{'{args.scarce}': {args.scarce_pairs}}}"]
+  if args.seed is not None:
+    scarce.append(f"--config.seed={args.seed}")
   variants = {
       "mural": scarce,
       "align": scarce + ["--config.tasks.t2t.weight=0"],
