@@ -20,7 +20,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import ROOT, HookedIterator, tiny_config  # ml_collections only: imports no JAX.
+from conftest import ROOT, HookedIterator, tiny_config, xla_flags  # ml_collections only: imports no JAX.
 # No persistent compilation cache here: a process that loads an executable
 # compiled for another process layout (the 1 x 4 reference has the same HLO)
 # runs different collectives than its peer, and gloo fails with a size mismatch.
@@ -81,7 +81,7 @@ def test_two_processes_match_one_process(tmp_path, tiny_vocab):
   # Reference: one process with 4 devices, the ordinary pipeline (same global batches).
   one = tmp_path / "one"
   env = dict(os.environ, **NO_CACHE, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3",
-             XLA_FLAGS="--xla_force_host_platform_device_count=4")
+             XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=4"))
   code = f"""
 import sys; sys.path.insert(0, {str(ROOT / 'tests')!r})
 from test_multihost import tiny

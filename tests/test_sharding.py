@@ -18,7 +18,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT, load_config, tiny_config  # ml_collections only: imports no JAX.
+from conftest import ROOT, load_config, tiny_config, xla_flags  # ml_collections only: imports no JAX.
 # Subprocesses share JAX's persistent compilation cache (keyed by program; reruns skip compiles).
 CACHE_ENV = dict(JAX_COMPILATION_CACHE_DIR=os.environ.get("MURAL_TEST_JAX_CACHE", "/tmp/mural_test_jax_cache"),
                  JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
@@ -127,7 +127,7 @@ def _worker(workdir: str, vocab_path: str, meshes):
 def _start_worker(workdir, vocab_path, devices, meshes):
   """Popen of the worker; output goes to files."""
   env = dict(os.environ, **CACHE_ENV, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3",
-             XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+             XLA_FLAGS=xla_flags(f"--xla_force_host_platform_device_count={devices}"))
   workdir.mkdir(parents=True)
   out, err = open(workdir / "stdout.txt", "w"), open(workdir / "stderr.txt", "w")
   return workdir, subprocess.Popen([sys.executable, __file__, str(workdir), vocab_path, *meshes],
