@@ -413,7 +413,12 @@ class Checkpoints:
 
 def restore_params(workdir: str, step: Optional[int] = None) -> dict:
   """{'params', 'batch_stats'} of checkpoint `step` (default: the newest that reads) as host
-  NumPy arrays.
+  NumPy arrays (see read_params)."""
+  return read_params(workdir, step)[1]
+
+
+def read_params(workdir: str, step: Optional[int] = None) -> Tuple[int, dict]:
+  """(step read, {'params', 'batch_stats'} of it as host NumPy arrays); default: the newest that reads.
 
   Needs no config: the tree comes from the checkpoint's own metadata, and
   only those two subtrees are read (not the optimizer state), so a
@@ -436,7 +441,7 @@ def restore_params(workdir: str, step: Optional[int] = None) -> dict:
     path = directory(workdir) / str(candidate) / "state"
     try:
       with _quiet_failed_read(path.parent):
-        return _read_params(path)
+        return candidate, _read_params(path)
     except Exception as e:  # pylint: disable=broad-exception-caught
       if _not_the_checkpoint_files(e):
         raise

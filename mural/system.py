@@ -73,6 +73,10 @@ class System:
   evaluators: Callable[[Any, Sequence[Task], Any], Sequence[Any]]  # (config, tasks, tokenizer).
   # (rng, active tasks) -> int32 index of the one task this step trains; None: all of them.
   choose_task: Optional[Callable[[jax.Array, Sequence[Task]], jax.Array]] = None
+  # (config, active tasks) -> {'image': head, 'text': head}: the heads its image-text retrieval
+  # evaluator embeds with ('' : the tower output); export and search embed with these.
+  # None: the system cannot be exported (mural/export.py says so).
+  retrieval_heads: Optional[Callable[[Any, Sequence[Task]], Mapping[str, str]]] = None
 
 
 def active_tasks(system: System, config) -> Tuple[Task, ...]:

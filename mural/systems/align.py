@@ -22,4 +22,4 @@ def get_config():
 
 SYSTEM = system.System(
     name="align", get_config=get_config, tasks=lambda config: (mural.image_text_task(config),),
-    build_model=mural.build_model, evaluators=mural.evaluators)
+    build_model=mural.build_model, evaluators=mural.evaluators, retrieval_heads=mural.retrieval_heads)

@@ -127,6 +127,12 @@ def build_model(config, active: Sequence[system.Task]):
   return model
 
 
+def retrieval_heads(config, active: Sequence[system.Task]):
+  """The i2t task's heads: what image-text retrieval (the evaluator, export, search) embeds with."""
+  del active
+  return {"image": config.tasks.i2t.image_head, "text": config.tasks.i2t.text_head}
+
+
 def evaluators(config, active: Sequence[system.Task], tokenizer):
   """Retrieval per language with the i2t heads; translation retrieval with the t2t head
   (the i2t text head when the t2t task is off, as for ALIGN)."""
@@ -138,11 +144,12 @@ def evaluators(config, active: Sequence[system.Task], tokenizer):
   pair_head = config.tasks.t2t.head if t2t_on else i2t.text_head
   out = []
   if retrieval:
-    out.append(evaluate.Retrieval(retrieval, text_head=i2t.text_head, image_head=i2t.image_head))
+    heads = retrieval_heads(config, active)
+    out.append(evaluate.Retrieval(retrieval, text_head=heads["text"], image_head=heads["image"]))
   if translation:
     out.append(evaluate.Translation(translation, head=pair_head))
   return out
 
 
 SYSTEM = system.System(name="mural", get_config=get_config, tasks=tasks, build_model=build_model,
-                       evaluators=evaluators)
+                       evaluators=evaluators, retrieval_heads=retrieval_heads)
