@@ -74,3 +74,59 @@ def additive_margin_loss(left: jax.Array, right: jax.Array, temperature: float =
   l2r = _softmax_xent_diagonal(logits, valid)
   r2l = _softmax_xent_diagonal(logits.T, valid)
   return l2r + r2l, {"l2r": l2r, "r2l": r2l}
+
+
+# ---- Triplet losses of EmbN (Wang et al. 2019), MULE and SMALR -----------------------
+
+
+def cosine_distance(x: jax.Array, y: jax.Array) -> jax.Array:
+  """[N, D], [M, D] -> [N, M] of 1 - cos(x_i, y_j)."""
+  return 1.0 - l2_normalize(x) @ l2_normalize(y).T
+
+
+def _top_k_hinge(dist: jax.Array, margin: float, k: int, valid: jax.Array) -> jax.Array:
+  """Rows are anchors, dist[i, i] the positive: mean over valid anchors of the mean of their
+  k largest hinges max(0, m + d_ii - d_ij), j != i valid (missing negatives count as 0)."""
+  n = dist.shape[0]
+  k = min(k, max(n - 1, 1))
+  hinge = jnp.maximum(0.0, margin + jnp.diagonal(dist)[:, None] - dist)
+  negative = valid[None, :] & ~jnp.eye(n, dtype=bool)
+  hinge = jnp.where(negative, hinge, 0.0)
+  per_anchor = jnp.mean(jax.lax.top_k(hinge, k)[0], axis=-1)
+  return jnp.sum(jnp.where(valid, per_anchor, 0.0)) / jnp.maximum(jnp.sum(valid), 1)
+
+
+def top_k_triplet_loss(x: jax.Array, y: jax.Array, margin: float, k: int = 10,
+                       mask: Optional[jax.Array] = None):
+  """Bidirectional margin triplet loss over the K most violated constraints per anchor.
+
+  Row i of x and row i of y are a positive pair (an image and its sentence, or
+  two sentences of one image); every other valid row of the other side is a
+  negative. Cosine distance d = 1 - cos. For each anchor x_i the hinges
+  max(0, m + d(x_i, y_i) - d(x_i, y_j)) over negatives j, the K largest of
+  them averaged (EmbN's `top_k` over violations, K = 10 in MULE and SMALR);
+  the same with y as anchors. This is MULE's Eq. 3 (image-sentence) and each
+  term of its Eq. 1 (neighbourhood constraints).
+  Returns (L_x2y + L_y2x, {'x2y': ..., 'y2x': ...}).
+  """
+  valid = _valid_mask(x.shape[0], mask)
+  dist = cosine_distance(x, y)
+  x2y = _top_k_hinge(dist, margin, k, valid)
+  y2x = _top_k_hinge(dist.T, margin, k, valid)
+  return x2y + y2x, {"x2y": x2y, "y2x": y2x}
+
+
+def language_classifier_loss(logits: jax.Array, labels: jax.Array, mask: Optional[jax.Array] = None):
+  """Cross-entropy of a language classifier (MULE's Eq. 2), mean over valid rows.
+
+  The adversarial sign is not here: the model puts a gradient-reversal layer
+  between the features and the classifier (mural/models/multilingual.py).
+  Returns (loss, {'accuracy': share of valid rows classified right}).
+  """
+  valid = _valid_mask(logits.shape[0], mask)
+  log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+  per_row = -jnp.take_along_axis(log_probs, labels[:, None].astype(jnp.int32), axis=-1)[:, 0]
+  count = jnp.maximum(jnp.sum(valid), 1)
+  loss = jnp.sum(jnp.where(valid, per_row, 0.0)) / count
+  right = jnp.argmax(logits, axis=-1) == labels
+  return loss, {"accuracy": jnp.sum(jnp.where(valid, right, False)) / count}

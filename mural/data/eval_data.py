@@ -45,10 +45,12 @@ class TranslationEvalSet:
   right_mask: np.ndarray
 
 
-def _tokenize(tokenizer, texts: Sequence[str], chunk: int = 4096):
+def _tokenize(tokenizer, texts: Sequence[str], lang: int, chunk: int = 4096):
+  """Texts of one language (its index in data.languages: per-language word tokenizers read it)."""
   ids, masks = [], []
   for i in range(0, len(texts), chunk):
-    a, b = tokenizer.tokenize(tf.constant(list(texts[i:i + chunk]), tf.string))
+    part = list(texts[i:i + chunk])
+    a, b = tokenizer.tokenize(tf.constant(part, tf.string), tf.fill([len(part)], lang))
     ids.append(a.numpy())
     masks.append(b.numpy())
   return np.concatenate(ids), np.concatenate(masks)
@@ -91,13 +93,14 @@ def synthetic_eval_sets(config, tokenizer) -> Tuple[List[EvalSet], List[Translat
   sets = []
   for lang, d in data.languages.items():
     if lang in config.data.languages:
-      ids, mask = _tokenize(tokenizer, d.captions)
+      ids, mask = _tokenize(tokenizer, d.captions, list(config.data.languages).index(lang))
       sets.append(EvalSet(lang, images, ids, mask, np.asarray(d.text_to_image, np.int32)))
   translations = []
   for name, p in data.translations.items():
     if p.left_lang in config.data.languages and p.right_lang in config.data.languages:
-      left_ids, left_mask = _tokenize(tokenizer, p.left)
-      right_ids, right_mask = _tokenize(tokenizer, p.right)
+      index = list(config.data.languages).index
+      left_ids, left_mask = _tokenize(tokenizer, p.left, index(p.left_lang))
+      right_ids, right_mask = _tokenize(tokenizer, p.right, index(p.right_lang))
       translations.append(TranslationEvalSet(name, left_ids, left_mask, right_ids, right_mask))
   return sets, translations
 
@@ -116,7 +119,7 @@ def flickr8k_eval_sets(config, tokenizer) -> Tuple[List[EvalSet], List[Translati
   for lang, captions in data.captions.items():
     keep = np.flatnonzero(data.caption_image[lang] < n)
     if keep.size:
-      ids, mask = _tokenize(tokenizer, [captions[k] for k in keep])
+      ids, mask = _tokenize(tokenizer, [captions[k] for k in keep], list(config.data.languages).index(lang))
       sets.append(EvalSet(lang, images, ids, mask, data.caption_image[lang][keep].astype(np.int32)))
   return sets, []
 

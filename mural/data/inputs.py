@@ -3,6 +3,9 @@
 A task (mural/system.py) reads one kind of record from its sources:
   IMAGE_TEXT: {'image', 'caption', 'lang'}                      -> 'image', 'text_ids', 'text_mask', 'valid' (+ 'lang' on the host)
   TEXT_PAIR:  {'left', 'right', 'left_lang', 'right_lang'}      -> 'left_ids', 'left_mask', 'right_ids', 'right_mask', 'valid'
+  IMAGE_TEXT_LANG, TEXT_PAIR_LANG: the same records, with each text's language
+      index on the device too ('lang_id'; 'left_lang_id', 'right_lang_id') and
+      passed to the tokenizer (systems with per-language parameters: MULE, SMALR).
 A kind is the one place that knows its batch layout: the pipeline builds the
 batches with `check` and `finish`, the trainer takes their shapes from
 `layout` (init, shardings, the jitted step). 'valid' is False on padding rows.
@@ -63,6 +66,8 @@ class RecordKind:
   check: Callable[[dict, tf.Tensor, int], dict]  # (raw, languages, max_chars) -> status, lang_key, payload.
   finish: Callable[[dict, object], dict]  # (batched payload, tokenizer) -> the layout's arrays.
   layout: Callable[[int, object], Dict[str, Tuple[tuple, object]]]  # (batch, config) -> key: (shape, dtype).
+  # (text field, its language field) of a raw record: per-language vocabularies learn from these.
+  text_langs: Tuple[Tuple[str, str], ...] = ()
 
   def shapes(self, batch_size: int, config) -> Dict[str, jax.ShapeDtypeStruct]:
     return {k: jax.ShapeDtypeStruct(s, d) for k, (s, d) in self.layout(batch_size, config).items()}
@@ -105,7 +110,8 @@ IMAGE_TEXT = RecordKind(
     name="image_text", table=sources.IMAGE_TEXT_SOURCES, text_fields=("caption",), has_image=True,
     reasons=records.SKIP_REASONS, num_lang_keys=lambda n: n,
     lang_key=lambda raw, languages: lang_index(raw["lang"], languages), key_of_name=_index_of,
-    check=_image_text_check, finish=_image_text_finish, layout=_image_text_layout)
+    check=_image_text_check, finish=_image_text_finish, layout=_image_text_layout,
+    text_langs=(("caption", "lang"),))
 
 
 # ---- Text pairs ---------------------------------------------------------------------
@@ -150,4 +156,48 @@ TEXT_PAIR = RecordKind(
     name="text_pair", table=sources.TEXT_PAIR_SOURCES, text_fields=("left", "right"), has_image=False,
     reasons=("unknown_language", "empty_text", "long_text"), num_lang_keys=lambda n: n * n,
     lang_key=_text_pair_lang_key, key_of_name=_text_pair_key_of_name,
-    check=_text_pair_check, finish=_text_pair_finish, layout=_text_pair_layout)
+    check=_text_pair_check, finish=_text_pair_finish, layout=_text_pair_layout,
+    text_langs=(("left", "left_lang"), ("right", "right_lang")))
+
+
+# ---- The same kinds with language ids on the device ----------------------------------
+# Language index = position in config.data.languages (int32). The tokenizer gets
+# it too: per-language word vocabularies (mural/data/word_vocab.py) need it.
+
+
+def _image_text_lang_finish(b, tokenizer):
+  ids, mask = tokenizer.tokenize(b["text"], b["lang"])
+  return dict(image=b["image"], text_ids=ids, text_mask=mask, lang=b["lang"], lang_id=b["lang"],
+              valid=tf.ones_like(b["lang"], tf.bool))
+
+
+def _image_text_lang_layout(b, config):
+  return {**_image_text_layout(b, config), "lang_id": ((b,), jnp.int32)}
+
+
+IMAGE_TEXT_LANG = dataclasses.replace(IMAGE_TEXT, name="image_text_lang", finish=_image_text_lang_finish,
+                                      layout=_image_text_lang_layout)
+
+
+def _text_pair_lang_check(raw, languages, max_chars):
+  out = _text_pair_check(raw, languages, max_chars)
+  out.update(left_lang=lang_index(raw["left_lang"], languages),
+             right_lang=lang_index(raw["right_lang"], languages))
+  return out
+
+
+def _text_pair_lang_finish(b, tokenizer):
+  left_ids, left_mask = tokenizer.tokenize(b["left"], b["left_lang"])
+  right_ids, right_mask = tokenizer.tokenize(b["right"], b["right_lang"])
+  return dict(left_ids=left_ids, left_mask=left_mask, right_ids=right_ids, right_mask=right_mask,
+              left_lang_id=b["left_lang"], right_lang_id=b["right_lang"],
+              valid=tf.ones_like(b["_source"], tf.bool))
+
+
+def _text_pair_lang_layout(b, config):
+  return {**_text_pair_layout(b, config), "left_lang_id": ((b,), jnp.int32),
+          "right_lang_id": ((b,), jnp.int32)}
+
+
+TEXT_PAIR_LANG = dataclasses.replace(TEXT_PAIR, name="text_pair_lang", check=_text_pair_lang_check,
+                                     finish=_text_pair_lang_finish, layout=_text_pair_lang_layout)

@@ -166,12 +166,15 @@ class Tokenizer:
     """[N] strings -> ragged [N, (pieces)] int64 ids, no specials, no truncation."""
     return self._bert.tokenize(normalize(strings)).merge_dims(-2, -1)
 
-  def tokenize(self, strings: tf.Tensor):
+  def tokenize(self, strings: tf.Tensor, langs=None):
     """[N] (or scalar) tf.string -> (ids int32 [N, max_len], mask int32 [N, max_len]).
 
     Graph-mode safe (tf.data map, tf.function). mask is 1 on [CLS], the
-    pieces and [SEP], 0 on padding.
+    pieces and [SEP], 0 on padding. `langs` (the texts' language indices) is
+    ignored: one wordpiece vocab serves every language (per-language word
+    tokenizers, mural/data/word_vocab.py, read it).
     """
+    del langs
     strings = tf.convert_to_tensor(strings, dtype=tf.string)
     scalar = strings.shape.rank == 0
     if scalar:
@@ -189,8 +192,8 @@ class Tokenizer:
       return ids[0], mask[0]
     return ids, mask
 
-  def __call__(self, strings):
-    return self.tokenize(strings)
+  def __call__(self, strings, langs=None):
+    return self.tokenize(strings, langs)
 
   def detokenize(self, ids, mask=None) -> list:
     """ids [N, L] -> N strings of space-joined words, special tokens dropped (for inspection)."""

@@ -34,11 +34,15 @@ def training_texts(config, tasks: Sequence) -> Iterator[str]:
 
 
 def learn(config, tasks: Sequence, workdir: str) -> str:
-  """workdir/vocab.txt, learned from the tasks' training text unless it exists.
+  """workdir/vocab.txt, learned from the tasks' training text unless it exists
+  (config.data.tokenizer 'words': workdir/words.json, see word_vocab.py).
 
   Touches no JAX device: a multi-process run learns it in process 0 before
   the processes connect (mural/main.py), so no peer waits on it in a collective.
   """
+  if _kind(config) == "words":
+    from mural.data import word_vocab  # pylint: disable=g-import-not-at-top
+    return word_vocab.learn(config, tasks, workdir)
   path = epath.Path(workdir) / "vocab.txt"
   if not path.exists():
     logging.info("Learning a %d-token wordpiece vocab into %s.", config.model.text.vocab_size, path)
@@ -46,8 +50,24 @@ def learn(config, tasks: Sequence, workdir: str) -> str:
   return str(path)
 
 
+# config.data.tokenizer: 'wordpiece' (the shared wordpiece vocab below) or
+# 'words' (per-language word vocabularies, mural/data/word_vocab.py).
+TOKENIZER_KINDS = ("wordpiece", "words")
+
+
+def _kind(config) -> str:
+  kind = config.data.get("tokenizer", "wordpiece")
+  if kind not in TOKENIZER_KINDS:
+    raise config_lib.ConfigError(f"config.data.tokenizer: {kind!r} not in {TOKENIZER_KINDS}")
+  return kind
+
+
 def tokenizer(config, tasks: Sequence, workdir: str, learn_missing: bool = True) -> tokenizer_lib.Tokenizer:
-  """config.data.vocab_path, else workdir/vocab.txt (learned from the tasks' text once, by process 0)."""
+  """config.data.vocab_path, else workdir/vocab.txt (learned from the tasks' text once, by process 0);
+  per-language words when config.data.tokenizer is 'words'."""
+  if _kind(config) == "words":
+    from mural.data import word_vocab  # pylint: disable=g-import-not-at-top
+    return word_vocab.tokenizer(config, tasks, workdir, learn_missing)
   path = config.data.vocab_path
   if not path:
     path = str(epath.Path(workdir) / "vocab.txt")

@@ -19,8 +19,11 @@ Logical axis names of the parameters (rules in config.sharding_rules):
   MLP                    ('embed', 'mlp') / ('mlp', 'embed'), biases by output axis
   heads                  ('embed', 'proj') [mlp head: ('embed','mlp'), ('mlp','proj')]
   log_temperature        ()
+  word table (word_lstm) ('vocab', 'token_embed'): every language's rows in one table
+  per-language stacks    ('lang', ...) / ('branch', ...) on the leading axis (no rule: replicated)
 """
 
+import functools
 from typing import Sequence
 
 import jax.numpy as jnp
@@ -28,15 +31,21 @@ import jax.numpy as jnp
 from mural import config_lib
 from mural.models import bert
 from mural.models import efficientnet
+from mural.models import feature_tower
 from mural.models import heads
+from mural.models import word_lstm
 from mural.models.dual_encoder import DualEncoder
 
 IMAGE_TOWERS = {
     "efficientnet": efficientnet.from_config,
+    # Frozen backbone (one of the above) + two trained FC layers (MULE, SMALR).
+    "features": functools.partial(feature_tower.from_config,
+                                  backbones={"efficientnet": efficientnet.from_config}),
 }
 
 TEXT_TOWERS = {
     "bert": bert.from_config,
+    "word_lstm": word_lstm.from_config,  # Per-language words -> per-language FC -> LSTM (MULE).
 }
 
 

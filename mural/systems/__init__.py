@@ -7,11 +7,13 @@ changes.
 
 from mural import config_lib
 from mural.systems import align
+from mural.systems import mule
 from mural.systems import mural
 
 SYSTEMS = {
     "align": align.SYSTEM,
     "mural": mural.SYSTEM,
+    "mule": mule.SYSTEM,
 }
 
 

@@ -1,0 +1,184 @@
+"""Per-language word vocabularies (MULE, SMALR): learned from the training text into the workdir.
+
+Word-embedding systems give every language its own embedding rows (MULE:
+"the word embeddings and the language-specific FC layers are the only
+language-specific parameters"). Ids are laid out in blocks so that one table
+holds every language and a token id alone says its language:
+
+  language l (its index in config.data.languages) owns ids [l*N, (l+1)*N),
+  N = config.model.text.words_per_language;
+  l*N + 0 is its padding, l*N + 1 its unknown word, l*N + 2 + k its k-th
+  most frequent training word.
+
+So a text tower reads the language of a sentence as `ids[:, 0] // N` (padding
+rows too), and the evaluators need no language argument. Words: the same
+normalisation as the wordpiece tokenizer (NFKC_Casefold, accents kept), then
+BERT's basic splitting (whitespace, punctuation, one word per CJK ideograph).
+A word seen fewer than config.data.word_min_count times in its language's
+training text, or beyond the N - 2 most frequent, is unknown (MULE used FastText
+vocabularies; Kádár et al.: fewer than 4 times -> UNK).
+
+The text comes from every active task's training sources (the record kind's
+`text_langs`: which language field names each text field's language), up to
+vocab.RECORDS_PER_SOURCE records each; process 0 writes workdir/words.json.
+"""
+
+import collections
+import json
+from typing import Dict, Iterator, Optional, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+from etils import epath
+from tensorflow_text.python.ops.bert_tokenizer import BasicTokenizer
+
+from mural import config_lib
+from mural.data import sources
+from mural.data import tokenizer as wordpiece
+
+PAD, UNK = 0, 1  # Offsets inside each language's block.
+FIRST_WORD = 2
+FILE_NAME = "words.json"
+
+_splitter = BasicTokenizer(lower_case=False, keep_whitespace=False, normalization_form=None)
+
+
+def split_words(texts: tf.Tensor) -> tf.RaggedTensor:
+  """[N] strings -> ragged [N, (words)] normalised words."""
+  return _splitter.tokenize(wordpiece.normalize(texts))
+
+
+def training_texts(config, tasks: Sequence, records_per_source: int) -> Iterator[Tuple[str, bytes]]:
+  """(language code, text) of the first records of each task's training sources."""
+  for task in tasks:
+    pairs = getattr(task.input, "text_langs", ())
+    if not pairs:
+      raise ValueError(f"task {task.name!r}: record kind {task.input.name!r} names no language per "
+                       f"text field (text_langs), which a per-language word vocabulary needs")
+    for sc in task.sources:
+      ds = task.input.table[sc["name"]](dict(sc), "train", 0, 1, config=config)
+      if isinstance(ds, sources.Endless):
+        ds = ds.open_at(0)
+      for record in ds.take(records_per_source).as_numpy_iterator():
+        for text_field, lang_field in pairs:
+          yield record[lang_field].decode().strip().lower(), record[text_field]
+
+
+def count_words(texts: Sequence[Tuple[str, bytes]], languages: Sequence[str]) -> Dict[str, collections.Counter]:
+  """Word counts per language (texts in other languages are ignored)."""
+  counts = {l: collections.Counter() for l in languages}
+  by_lang = collections.defaultdict(list)
+  for lang, text in texts:
+    if lang in counts:
+      by_lang[lang].append(text)
+  for lang, items in by_lang.items():
+    for start in range(0, len(items), 4096):
+      words = split_words(tf.constant(items[start:start + 4096])).flat_values.numpy()
+      counts[lang].update(w.decode("utf-8", "replace") for w in words)
+  return counts
+
+
+def choose_words(counts: Dict[str, collections.Counter], words_per_language: int,
+                 min_count: int) -> Dict[str, list]:
+  """Per language its words by falling count (ties by the word), at most N - 2, each seen >= min_count."""
+  return {lang: [w for w, n in sorted(c.items(), key=lambda wn: (-wn[1], wn[0])) if n >= min_count]
+          [:words_per_language - FIRST_WORD] for lang, c in counts.items()}
+
+
+def save(path, languages: Sequence[str], words: Dict[str, list]) -> None:
+  path = epath.Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  tmp = path.parent / (path.name + ".tmp")
+  tmp.write_text(json.dumps({"languages": list(languages), "words": {l: words[l] for l in languages}},
+                            ensure_ascii=False, indent=0))
+  tmp.rename(path)
+
+
+class WordTokenizer:
+  """(texts, language indices) -> fixed-length (ids, mask) in the block layout; usable in tf.data."""
+
+  def __init__(self, path: str, languages: Sequence[str], words_per_language: int, max_len: int):
+    data = json.loads(epath.Path(path).read_text())
+    if list(data["languages"]) != list(languages):
+      raise config_lib.ConfigError(
+          f"config.data.languages: {list(languages)} differs from the languages of the word vocabulary "
+          f"{path} ({data['languages']}); use a new workdir")
+    n = words_per_language
+    self.vocab_path, self.max_len, self.words_per_language = str(path), max_len, n
+    self.languages = list(languages)
+    self.words = {l: list(data["words"][l]) for l in self.languages}
+    too_many = {l: len(w) for l, w in self.words.items() if len(w) > n - FIRST_WORD}
+    if too_many:
+      raise config_lib.ConfigError(
+          f"config.model.text.words_per_language: {n} rows hold {n - FIRST_WORD} words, the vocabulary "
+          f"{path} has {too_many}")
+    keys, ids = [], []
+    for l, lang in enumerate(self.languages):
+      keys += [f"{lang}\t{w}" for w in self.words[lang]]
+      ids += [l * n + FIRST_WORD + k for k in range(len(self.words[lang]))]
+    self._codes = tf.constant(self.languages)
+    init = tf.lookup.KeyValueTensorInitializer(tf.constant(keys, tf.string), tf.constant(ids, tf.int64))
+    self._table = tf.lookup.StaticHashTable(init, default_value=-1)
+
+  @property
+  def vocab_size(self) -> int:
+    return len(self.languages) * self.words_per_language
+
+  def tokenize(self, strings: tf.Tensor, langs: Optional[tf.Tensor] = None):
+    """[N] strings, [N] int language indices -> (ids int32 [N, max_len], mask int32 [N, max_len])."""
+    if langs is None:
+      raise ValueError("WordTokenizer.tokenize needs each text's language index (langs=)")
+    strings = tf.convert_to_tensor(strings, tf.string)
+    langs = tf.cast(tf.convert_to_tensor(langs), tf.int64)
+    scalar = strings.shape.rank == 0
+    if scalar:
+      strings, langs = strings[None], tf.reshape(langs, [1])
+    words = split_words(strings)[:, :self.max_len]
+    rows = words.value_rowids()
+    word_lang = tf.gather(langs, rows)
+    keys = tf.strings.join([tf.gather(self._codes, word_lang), words.flat_values], separator="\t")
+    found = self._table.lookup(keys)
+    flat = tf.where(found < 0, word_lang * self.words_per_language + UNK, found)
+    ids = words.with_flat_values(flat).to_tensor(default_value=-1, shape=[None, self.max_len])
+    mask = tf.cast(ids >= 0, tf.int32)
+    ids = tf.where(ids >= 0, ids, langs[:, None] * self.words_per_language + PAD)
+    ids = tf.cast(ids, tf.int32)
+    return (ids[0], mask[0]) if scalar else (ids, mask)
+
+  def __call__(self, strings, langs=None):
+    return self.tokenize(strings, langs)
+
+
+def tokenizer(config, tasks: Sequence, workdir: str, learn_missing: bool = True) -> WordTokenizer:
+  """workdir/words.json (learned from the tasks' training text once, by process 0) as a tokenizer."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+  path = epath.Path(workdir) / FILE_NAME
+  if not path.exists() and not learn_missing:
+    raise FileNotFoundError(f"{path} does not exist: the word vocabulary is learned by --mode=train")
+  if jax.process_index() == 0:
+    learn(config, tasks, workdir)
+  if jax.process_count() > 1:
+    multihost_utils.sync_global_devices("mural_word_vocab")
+  t = config.model.text
+  return WordTokenizer(str(path), config.data.languages, t.words_per_language, t.max_len)
+
+
+def learn(config, tasks: Sequence, workdir: str) -> str:
+  """workdir/words.json from the tasks' training text, unless it exists. Touches no JAX device."""
+  from mural.data import vocab  # pylint: disable=g-import-not-at-top  (vocab imports this module)
+  path = epath.Path(workdir) / FILE_NAME
+  if not path.exists():
+    languages = list(config.data.languages)
+    logging.info("Learning per-language word vocabularies (%s) into %s.", languages, path)
+    counts = count_words(list(training_texts(config, tasks, vocab.RECORDS_PER_SOURCE)), languages)
+    words = choose_words(counts, config.model.text.words_per_language, config.data.word_min_count)
+    save(path, languages, words)
+    logging.info("Words per language: %s.", {l: len(w) for l, w in words.items()})
+  return str(path)
+
+
+def language_of(ids: np.ndarray, words_per_language: int) -> np.ndarray:
+  """Language index of each row of block-layout ids [N, L] (host-side helper for tests/tools)."""
+  return np.asarray(ids)[:, 0] // words_per_language

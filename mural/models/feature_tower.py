@@ -1,0 +1,99 @@
+"""Feature-input image tower: fixed image features through EmbN's two FC layers (MULE, SMALR).
+
+  images -> a frozen backbone (any IMAGE_TOWERS entry, eval mode) -> features
+         -> FC hidden_dim -> batch norm -> ReLU -> FC output_dim.
+MULE (after Wang et al. 2019): "We also kept image representation fixed, and
+only the two fully connected layers after the CNN were trained" (ResNet-152
+features, 2048 -> 2048 -> 512).
+
+The frozen backbone is not a parameter of this model: its variables are
+constants of the tower (`backbone_variables`), read from the image tower of
+a trained mural run (config.model.image.backbone_workdir, its newest
+checkpoint) or initialised from config.model.image.backbone_seed. So they
+are never in the optimizer, never decayed, never checkpointed (they are
+re-read from the same place on resume), and describe counts only what trains.
+Its output also passes a stop_gradient, so no gradient is ever computed
+through it.
+
+Why run the backbone every step instead of precomputing features: the
+built-in data renders fresh scenes every step (there is no finite image set
+to precompute), and the small backbone at 32 px costs far less than the step
+on CPU. A precomputed-feature source would serve a fixed image set with a
+large backbone.
+"""
+
+import functools
+from typing import Any, Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from mural import config_lib
+
+
+def _named(init, names):
+  return nn.with_logical_partitioning(init, names)
+
+
+class FeatureTower(nn.Module):
+  """Returns (embedding [B, output_dim], {'features': the frozen features})."""
+  features: Callable[[jax.Array], jax.Array]  # images -> [B, F]; no parameters of this module.
+  hidden_dim: int = 2048
+  output_dim: int = 512
+  bn_momentum: float = 0.9
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, images, train: bool = False):
+    kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
+    feats = jax.lax.stop_gradient(self.features(images)).astype(self.dtype)
+    x = nn.Dense(self.hidden_dim, name="fc_hidden", kernel_init=_named(nn.initializers.lecun_normal(),
+                 ("embed", "mlp")), bias_init=_named(nn.initializers.zeros, ("mlp",)), **kw)(feats)
+    x = nn.BatchNorm(use_running_average=not train, momentum=self.bn_momentum, name="bn",
+                     scale_init=_named(nn.initializers.ones, ("norm",)),
+                     bias_init=_named(nn.initializers.zeros, ("norm",)), **kw)(x)
+    x = nn.relu(x)
+    x = nn.Dense(self.output_dim, name="fc_out", kernel_init=_named(nn.initializers.lecun_normal(),
+                 ("mlp", "proj")), bias_init=_named(nn.initializers.zeros, ("proj",)), **kw)(x)
+    return x, {"features": feats}
+
+
+def _frozen_apply(backbone, variables, images):
+  return backbone.apply(variables, images, train=False)[0]
+
+
+def backbone_variables(backbone: nn.Module, image_config) -> dict:
+  """{'params', 'batch_stats'} of the frozen backbone: a trained run's image tower, or a seeded init."""
+  init = lambda rng: nn.unbox(backbone.init(rng, jnp.zeros((1, 32, 32, 3)), train=False))
+  shapes = jax.eval_shape(init, jax.random.PRNGKey(0))
+  if image_config.backbone_workdir:
+    from mural import checkpointing  # pylint: disable=g-import-not-at-top
+    try:
+      saved = checkpointing.restore_params(image_config.backbone_workdir)
+    except FileNotFoundError as e:
+      raise config_lib.ConfigError(f"config.model.image.backbone_workdir: {e}") from None
+    variables = {k: saved.get(k, {}).get("image_tower", {}) for k in ("params", "batch_stats")}
+    want = jax.tree.map(lambda s: s.shape, dict(shapes))
+    got = jax.tree.map(np.shape, variables)
+    if jax.tree.structure(want) != jax.tree.structure(got) or want != got:
+      raise config_lib.ConfigError(
+          f"config.model.image.backbone_workdir: the image tower saved in {image_config.backbone_workdir} "
+          f"does not have the shapes config.model.image describes (variant, width/depth coefficients)")
+  else:
+    variables = jax.jit(init)(jax.random.PRNGKey(image_config.backbone_seed))
+  return jax.tree.map(jnp.asarray, dict(variables))
+
+
+def from_config(image_config, dtype, param_dtype, backbones=None) -> FeatureTower:
+  """config.model.image (name 'features'; backbone = an IMAGE_TOWERS key built from the same section)."""
+  if image_config.backbone not in backbones:
+    raise config_lib.ConfigError(
+        f"config.model.image.backbone: {image_config.backbone!r} not in {sorted(backbones)}")
+  backbone = backbones[image_config.backbone](image_config, dtype, param_dtype)
+  variables = backbone_variables(backbone, image_config)
+  return FeatureTower(features=functools.partial(_frozen_apply, backbone, variables),
+                      hidden_dim=int(image_config.hidden_dim), output_dim=int(image_config.output_dim),
+                      dtype=dtype, param_dtype=param_dtype)

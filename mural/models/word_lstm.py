@@ -1,0 +1,166 @@
+"""Word-embedding + LSTM text tower (MULE, Kim et al. 2020; reusable by SMALR).
+
+  ids [B, T] in the per-language block layout (mural/data/word_vocab.py:
+  language l owns rows [l*N, (l+1)*N), so language = ids[:, 0] // N)
+  -> word vectors (one table; each language its own rows; word_dim = 300)
+  -> the language's own FC into the shared space (MULE features, mule_dim = 512)
+  -> u = mean of the MULE features over the words (MULE's sentence in MULE space)
+  -> LSTM (lstm_dim = 1024) over the MULE features, its hidden state at the
+     sentence's last word (masks respected)
+  -> FC to output_dim (512): s, the multimodal sentence embedding.
+Returns (s, {'mule': u, 'lang': language index [B]}).
+
+`branches`: 'shared' is MULE (one LSTM and FC for every language);
+'per_language' is PARALLEL-EmbN (Gella et al. 2017 as adapted in MULE: each
+language its own LSTM and FC). Per-language weights are stacked [L, ...] and
+applied with one grouped matmul over rows sorted by language
+(multilingual.grouped_matmul), never a loop per language.
+
+Word vectors start random (normal, std 1 / sqrt(word_dim)) or, when
+`embeddings_path` is given, from FastText `.vec` text files (one per
+language: the path with '{lang}' replaced by the code); words missing from a
+file keep their random row.
+"""
+
+from typing import Any, Optional, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from mural import config_lib
+from mural.models.multilingual import grouped_matmul
+
+BRANCHES = ("shared", "per_language")
+
+
+def _param(module, name, init, names, shape, dtype):
+  return module.param(name, nn.with_logical_partitioning(init, names), shape, dtype)
+
+
+class WordLstmTower(nn.Module):
+  """See the module docstring."""
+  num_languages: int
+  words_per_language: int
+  word_dim: int = 300
+  mule_dim: int = 512
+  lstm_dim: int = 1024
+  output_dim: int = 512
+  branches: str = "shared"
+  word_init: Optional[np.ndarray] = None  # [L * N, word_dim] initial table (FastText), or None.
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
+
+  def languages_of(self, ids):
+    return jnp.clip(ids[:, 0] // self.words_per_language, 0, self.num_languages - 1)
+
+  @nn.compact
+  def __call__(self, ids, mask, train: bool = False):
+    del train  # No dropout, no batch statistics.
+    b, t = ids.shape
+    lang = self.languages_of(ids)
+    rows = self.num_languages * self.words_per_language
+    if self.word_init is not None:
+      table_init = lambda *_: jnp.asarray(self.word_init, self.param_dtype)
+    else:
+      table_init = nn.initializers.normal(self.word_dim ** -0.5)
+    table = _param(self, "token_embed", table_init, ("vocab", "token_embed"), (rows, self.word_dim),
+                   self.param_dtype)
+    words = jnp.take(table, ids, axis=0).astype(self.dtype)
+
+    # Each language's own FC into the MULE space.
+    kernel = _param(self, "lang_fc_kernel", nn.initializers.lecun_normal(batch_axis=(0,)),
+                    ("lang", "token_embed", "embed"), (self.num_languages, self.word_dim, self.mule_dim),
+                    self.param_dtype)
+    bias = _param(self, "lang_fc_bias", nn.initializers.zeros, ("lang", "embed"),
+                  (self.num_languages, self.mule_dim), self.param_dtype)
+    token_lang = jnp.repeat(lang, t)
+    mule = grouped_matmul(words.reshape(b * t, -1), token_lang, kernel.astype(self.dtype))
+    mule = mule.reshape(b, t, -1) + bias[lang][:, None].astype(self.dtype)
+    weights = mask.astype(jnp.float32)[..., None]
+    u = jnp.sum(mule.astype(jnp.float32) * weights, 1) / jnp.maximum(jnp.sum(weights, 1), 1.0)
+
+    # The LSTM and the FC to the multimodal space: one branch, or one per language.
+    g = 1 if self.branches == "shared" else self.num_languages
+    branch = lang if g > 1 else jnp.zeros_like(lang)
+    h = self.lstm_dim
+    w_in = _param(self, "lstm_input_kernel", nn.initializers.lecun_normal(batch_axis=(0,)),
+                  ("branch", "embed", "mlp"), (g, self.mule_dim, 4 * h), self.param_dtype)
+    w_rec = _param(self, "lstm_recurrent_kernel", nn.initializers.orthogonal(column_axis=-1),
+                   ("branch", "kv", "mlp"), (g, h, 4 * h), self.param_dtype)
+    # Gate order i, f, g, o; forget-gate bias 1 (Jozefowicz et al. 2015).
+    b_lstm = _param(self, "lstm_bias",
+                    lambda _, shape, dtype: jnp.zeros(shape, dtype).at[:, h:2 * h].set(1.0),
+                    ("branch", "mlp"), (g, 4 * h), self.param_dtype)
+    x_proj = grouped_matmul(mule.reshape(b * t, -1), jnp.repeat(branch, t), w_in.astype(self.dtype))
+    x_proj = x_proj.reshape(b, t, 4 * h) + b_lstm[branch][:, None].astype(self.dtype)
+    w_rec = w_rec.astype(self.dtype)
+
+    def step(carry, inputs):
+      c, hid = carry
+      z_x, m = inputs
+      z = z_x + grouped_matmul(hid, branch, w_rec)
+      i, f, gg, o = jnp.split(z.astype(jnp.float32), 4, axis=-1)
+      c_new = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(gg)
+      h_new = (jax.nn.sigmoid(o) * jnp.tanh(c_new)).astype(self.dtype)
+      keep = m[:, None] > 0  # Past the sentence's end the state stays: the last word's state.
+      return (jnp.where(keep, c_new, c), jnp.where(keep, h_new, hid)), None
+
+    init = (jnp.zeros((b, h), jnp.float32), jnp.zeros((b, h), self.dtype))
+    (_, last), _ = jax.lax.scan(step, init, (x_proj.swapaxes(0, 1), mask.swapaxes(0, 1)))
+
+    w_out = _param(self, "out_kernel", nn.initializers.lecun_normal(batch_axis=(0,)),
+                   ("branch", "mlp", "proj"), (g, h, self.output_dim), self.param_dtype)
+    b_out = _param(self, "out_bias", nn.initializers.zeros, ("branch", "proj"), (g, self.output_dim),
+                   self.param_dtype)
+    s = grouped_matmul(last, branch, w_out.astype(self.dtype)) + b_out[branch].astype(self.dtype)
+    return s, {"mule": u, "lang": lang}
+
+
+def load_fasttext(path_pattern: str, languages: Sequence[str], words: dict, words_per_language: int,
+                  word_dim: int, seed: int = 0) -> np.ndarray:
+  """[L * N, word_dim] table: random rows, overwritten by the `.vec` vector of each known word.
+
+  path_pattern: a path with '{lang}' (e.g. 'cc.{lang}.300.vec'); a language whose
+  file does not exist keeps random rows (logged by the caller). words: lang ->
+  word list of the vocabulary (word k has row l*N + 2 + k).
+  """
+  from mural.data import word_vocab  # pylint: disable=g-import-not-at-top
+  import os  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(seed)
+  table = rng.normal(0.0, word_dim ** -0.5, (len(languages) * words_per_language, word_dim)).astype(np.float32)
+  found = {}
+  for l, lang in enumerate(languages):
+    path = path_pattern.replace("{lang}", lang)
+    found[lang] = 0
+    if not os.path.exists(path):
+      continue
+    row_of = {w: l * words_per_language + word_vocab.FIRST_WORD + k for k, w in enumerate(words.get(lang, []))}
+    with open(path, encoding="utf-8", errors="replace") as f:
+      first = f.readline().split()
+      lines = f if len(first) == 2 else [" ".join(first)] + list(f)  # Optional 'count dim' header.
+      for line in lines:
+        parts = line.rstrip().split(" ")
+        if len(parts) != word_dim + 1:
+          if len(parts) > 1:
+            raise config_lib.ConfigError(
+                f"config.model.text.embeddings_path: {path} has {len(parts) - 1}-d vectors, "
+                f"model.text.word_dim is {word_dim}")
+          continue
+        row = row_of.get(parts[0])
+        if row is not None:
+          table[row] = np.asarray(parts[1:], np.float32)
+          found[lang] += 1
+  return table, found
+
+
+def from_config(text_config, dtype, param_dtype) -> WordLstmTower:
+  """config.model.text (+ num_languages, set by the system from data.languages) -> the tower."""
+  t = text_config
+  if t.branches not in BRANCHES:
+    raise config_lib.ConfigError(f"config.model.text.branches: {t.branches!r} not in {BRANCHES}")
+  return WordLstmTower(num_languages=int(t.num_languages), words_per_language=int(t.words_per_language),
+                       word_dim=int(t.word_dim), mule_dim=int(t.mule_dim), lstm_dim=int(t.lstm_dim),
+                       output_dim=int(t.output_dim), branches=t.branches,
+                       dtype=dtype, param_dtype=param_dtype)

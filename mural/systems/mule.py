@@ -1,0 +1,245 @@
+"""MULE (Kim et al., AAAI 2020): one shared language branch for many languages.
+
+Model (mural/models/word_lstm.py, feature_tower.py, multilingual.py):
+  text:  per-language word vectors (300) -> the language's own FC -> MULE
+         features (512); u = their mean; LSTM (1024) over them, last hidden
+         state -> FC -> s (512). One LSTM and FC for all languages ('shared');
+         PARALLEL-EmbN gives each language its own ('per_language').
+  image: fixed features of a frozen mural image tower -> FC 2048 -> BN ->
+         ReLU -> FC 512 (EmbN's image branch).
+  an adversarial language classifier: one FC on u through gradient reversal.
+
+Tasks (each with the trainer's per-task optimizer; weights are the paper's lambdas):
+  mm (image-text records with language ids): lambda_3 * image-sentence
+      triplet loss both ways over the K = 10 most violated constraints
+      (Eq. 3), plus classifier_weight (lambda_2 = 1e-6) * the language
+      classifier's cross-entropy on u (Eq. 2). Adversarial by gradient
+      reversal, not alternating updates: the classifier descends lambda_2 L_LC
+      and every language-specific parameter ascends it in the same step, which
+      is Eq. 4 exactly, stays one compiled step and one optimizer update per
+      task (alternating updates would need a second step per batch). With
+      Adam the classifier learns at full speed despite lambda_2 = 1e-6 (Adam
+      is scale-free per parameter); the reversed gradient reaching the
+      language-specific parameters stays 1e-6 of its size, as in the paper.
+  nc (text pairs: captions of one scene in two languages, i.e. sentences of
+      the same image across languages): lambda_1 * the multi-layer
+      neighbourhood constraints (Eq. 1): the same top-K triplet form on s and
+      on u. On the built-in data the image-caption records of a batch never
+      share an image, so the paired sentences come from the text-pair source.
+
+Ablations and baselines of the paper (Table 2) are config values (ABLATIONS,
+`apply_ablation`): PARALLEL-EmbN, EmbN, EmbN+NC, EmbN+NC+LC.
+
+Choices where the paper is silent: margin m = 0.05 (EmbN's and SMALR's);
+AdamW without weight decay and a linear schedule (mural's optimizer; the
+paper: Adam 1e-4, exponential decay, L2 5e-7 on word vectors); the
+language-specific FC is linear.
+"""
+
+from typing import Sequence
+
+import ml_collections
+
+from mural import config_lib
+from mural import system
+
+SYNTHETIC = dict(name="synthetic", weight=1.0)
+
+# Field overrides of the paper's compared models (Table 2 / supplementary).
+ABLATIONS = {
+    "parallel_embn": {"model.text.branches": "per_language", "tasks.nc.weight": 0.0,
+                      "tasks.mm.classifier_weight": 0.0},
+    "embn": {"tasks.nc.weight": 0.0, "tasks.mm.classifier_weight": 0.0},
+    "embn_nc": {"tasks.mm.classifier_weight": 0.0},
+    "embn_nc_lc": {},
+    "embn_lc": {"tasks.nc.weight": 0.0},
+}
+
+
+def apply_ablation(config, name: str):
+  """config with ABLATIONS[name]'s fields set."""
+  if name not in ABLATIONS:
+    raise config_lib.ConfigError(f"MULE ablation {name!r} not in {sorted(ABLATIONS)}")
+  for key, value in ABLATIONS[name].items():
+    node = config
+    *parents, leaf = key.split(".")
+    for p in parents:
+      node = node[p]
+    node[leaf] = value
+  return config
+
+
+def get_config() -> ml_collections.ConfigDict:
+  c = config_lib.base_config()
+  c.system = "mule"
+  # Image: a frozen mural tower's pooled features -> FC -> BN -> ReLU -> FC.
+  c.model.image.name = "features"
+  c.model.image.backbone = "efficientnet"  # IMAGE_TOWERS key, built from this section's fields.
+  c.model.image.backbone_workdir = ""  # A trained mural run whose image tower is the backbone; "": seeded init.
+  c.model.image.backbone_seed = 0
+  c.model.image.hidden_dim = 2048
+  c.model.image.output_dim = 512
+  # Text: per-language words -> per-language FC -> LSTM -> FC.
+  c.model.text.name = "word_lstm"
+  c.model.text.words_per_language = 20_000  # Id rows per language (2 reserved: padding, unknown).
+  c.model.text.word_dim = 300
+  c.model.text.mule_dim = 512
+  c.model.text.lstm_dim = 1024
+  c.model.text.output_dim = 512
+  c.model.text.branches = "shared"  # shared (MULE) | per_language (PARALLEL-EmbN).
+  c.data.tokenizer = "words"  # Per-language word vocabularies (mural/data/word_vocab.py).
+  c.data.word_min_count = 1  # Rarer words are the language's unknown word.
+  c.data.languages = list(c.data.synthetic.languages)
+
+  c.tasks.mm = ml_collections.ConfigDict(dict(
+      weight=1.0,  # lambda_3.
+      learning_rate=1e-4,  # Adam 1e-4 (paper).
+      batch_size=450,  # Images per batch (paper).
+      sources=[SYNTHETIC],  # Image-text sources.
+      margin=0.05,
+      top_k=10,  # Most violated constraints per anchor.
+      classifier_weight=1e-6,  # lambda_2; 0 turns the language classifier off.
+  ))
+  c.tasks.nc = ml_collections.ConfigDict(dict(
+      weight=1.0,  # lambda_1; 0 turns the neighbourhood constraints off.
+      learning_rate=1e-4,
+      batch_size=450,
+      sources=[SYNTHETIC],  # Text-pair sources: sentences of one image in two languages.
+      margin=0.05,
+      top_k=10,
+  ))
+  c.optim.layer_adaptation = False  # Adam(W), as the paper (Adam).
+  c.optim.weight_decay = 0.0
+  c.optim.warmup_steps = 100
+  return c
+
+
+def _require(ok: bool, field: str, message: str):
+  if not ok:
+    raise config_lib.ConfigError(f"config.{field}: {message}")
+
+
+def _positive_int(section, name: str, field: str, minimum: int = 1):
+  v = section[name]
+  _require(isinstance(v, int) and v >= minimum, f"{field}.{name}", f"must be an int >= {minimum}, got {v!r}")
+
+
+def validate(config) -> None:
+  """MULE's own fields; one-line ConfigErrors naming the field."""
+  from mural.models import word_lstm  # pylint: disable=g-import-not-at-top
+  t, im = config.model.text, config.model.image
+  _positive_int(t, "words_per_language", "model.text", minimum=3)
+  for name in ("word_dim", "mule_dim", "lstm_dim", "output_dim"):
+    _positive_int(t, name, "model.text")
+  _require(t.branches in word_lstm.BRANCHES, "model.text.branches", f"{t.branches!r} not in {word_lstm.BRANCHES}")
+  if im.name == "features":
+    for name in ("hidden_dim", "output_dim"):
+      _positive_int(im, name, "model.image")
+    _require(isinstance(im.backbone_workdir, str), "model.image.backbone_workdir",
+             f"must be a path string ('' for a seeded backbone), got {im.backbone_workdir!r}")
+    _require(t.output_dim == im.output_dim, "model.text.output_dim",
+             f"texts embed to {t.output_dim}, images to {im.output_dim} (model.image.output_dim); they must match")
+  _require(config.data.get("tokenizer") == "words", "data.tokenizer",
+           f"must be 'words' (per-language word vocabularies) for MULE, got {config.data.get('tokenizer')!r}")
+  _positive_int(config.data, "word_min_count", "data")
+  for name in ("mm", "nc"):
+    section, field = config.tasks[name], f"tasks.{name}"
+    _require(0 <= section.margin <= 2, f"{field}.margin", f"must be in [0, 2] (cosine distance), got {section.margin}")
+    _positive_int(section, "top_k", field)
+  _require(config.tasks.mm.classifier_weight >= 0, "tasks.mm.classifier_weight",
+           f"must be >= 0, got {config.tasks.mm.classifier_weight}")
+
+
+def image_sentence_task(config) -> system.Task:
+  """Images and sentences (with language ids): top-K triplet both ways, + the adversarial classifier."""
+  from mural import losses  # pylint: disable=g-import-not-at-top
+  from mural.data import inputs  # pylint: disable=g-import-not-at-top
+  validate(config)
+  c = config.tasks.mm
+  margin, k, classifier_weight = float(c.margin), int(c.top_k), float(c.classifier_weight)
+
+  def forward(model, batch, train):
+    s, aux = model.text_features(batch["text_ids"], batch["text_mask"], train)
+    out = {"image": model.embed_images(batch["image"], None, train), "text": s}
+    if classifier_weight > 0:
+      out["lang_logits"] = model.classify_language(aux["mule"])
+    return out
+
+  def loss(out, batch):
+    total, parts = losses.top_k_triplet_loss(out["image"], out["text"], margin, k, batch["valid"])
+    metrics = {"loss/i2s": parts["x2y"], "loss/s2i": parts["y2x"]}
+    if "lang_logits" in out:
+      lc, lc_metrics = losses.language_classifier_loss(out["lang_logits"], batch["lang_id"], batch["valid"])
+      total = total + classifier_weight * lc
+      metrics.update({"loss/language": lc, "language_accuracy": lc_metrics["accuracy"]})
+    return total, metrics
+
+  return system.task_from_config(config, "mm", input=inputs.IMAGE_TEXT_LANG, forward=forward, loss=loss)
+
+
+def neighbourhood_task(config) -> system.Task:
+  """Sentences of one image in two languages: top-K triplet on s (multimodal) and on u (MULE)."""
+  from mural import losses  # pylint: disable=g-import-not-at-top
+  from mural.data import inputs  # pylint: disable=g-import-not-at-top
+  validate(config)
+  c = config.tasks.nc
+  margin, k = float(c.margin), int(c.top_k)
+
+  def forward(model, batch, train):
+    s_left, left = model.text_features(batch["left_ids"], batch["left_mask"], train)
+    s_right, right = model.text_features(batch["right_ids"], batch["right_mask"], train)
+    return {"s_left": s_left, "s_right": s_right, "u_left": left["mule"], "u_right": right["mule"]}
+
+  def loss(out, batch):
+    on_s, _ = losses.top_k_triplet_loss(out["s_left"], out["s_right"], margin, k, batch["valid"])
+    on_u, _ = losses.top_k_triplet_loss(out["u_left"], out["u_right"], margin, k, batch["valid"])
+    return on_s + on_u, {"loss/nc_multimodal": on_s, "loss/nc_mule": on_u}
+
+  return system.task_from_config(config, "nc", input=inputs.TEXT_PAIR_LANG, forward=forward, loss=loss,
+                                 updates_batch_stats=False)
+
+
+def tasks(config) -> Sequence[system.Task]:
+  return (image_sentence_task(config), neighbourhood_task(config))
+
+
+def build_model(config, active: Sequence[system.Task]):
+  """The two towers from config.model and, when the mm task uses it, the language classifier."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from mural import models  # pylint: disable=g-import-not-at-top
+  from mural.models import multilingual  # pylint: disable=g-import-not-at-top
+  validate(config)
+  dtype, param_dtype = jnp.dtype(config.model.dtype), jnp.dtype(config.model.param_dtype)
+  for kind, table in (("image", models.IMAGE_TOWERS), ("text", models.TEXT_TOWERS)):
+    name = config.model[kind].name
+    _require(name in table, f"model.{kind}.name", f"{name!r} not in {sorted(table)}")
+  image = models.IMAGE_TOWERS[config.model.image.name](config.model.image, dtype, param_dtype)
+  text_section = ml_collections.ConfigDict(config.model.text.to_dict())
+  text_section.num_languages = len(config.data.languages)  # The word vocabulary's blocks.
+  text = models.TEXT_TOWERS[config.model.text.name](text_section, dtype, param_dtype)
+  if image.output_dim != text.output_dim:
+    raise config_lib.ConfigError(
+        f"config.model.text.output_dim: texts embed to {text.output_dim}, images to {image.output_dim} "
+        f"(model.image.output_dim); they must match")
+  uses_classifier = any(t.name == "mm" for t in active) and config.tasks.mm.classifier_weight > 0
+  classifier = (multilingual.LanguageClassifier(len(config.data.languages), dtype=dtype, param_dtype=param_dtype)
+                if uses_classifier else None)
+  return multilingual.MultilingualDualEncoder(image_tower=image, text_tower=text, language_classifier=classifier)
+
+
+def evaluators(config, active: Sequence[system.Task], tokenizer):
+  """Image<->sentence retrieval per language and translation retrieval, both with s."""
+  del active
+  from mural import evaluate  # pylint: disable=g-import-not-at-top
+  from mural.data import eval_data  # pylint: disable=g-import-not-at-top
+  retrieval, translation = eval_data.build_eval_sets(config, tokenizer)
+  out = []
+  if retrieval:
+    out.append(evaluate.Retrieval(retrieval, text_head=None, image_head=None))
+  if translation:
+    out.append(evaluate.Translation(translation, head=None))
+  return out
+
+
+SYSTEM = system.System(name="mule", get_config=get_config, tasks=tasks, build_model=build_model,
+                       evaluators=evaluators)

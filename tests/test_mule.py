@@ -1,0 +1,402 @@
+"""MULE (mural/systems/mule.py) and its shared pieces: losses against NumPy float64, the
+word-LSTM tower against a NumPy LSTM, the per-language word vocabulary, config
+errors, and a few steps of training end to end with a bit-exact resume.
+
+Tiny sizes throughout; every run shares one config (so one compiled step,
+JAX's persistent cache) and one learned word vocabulary.
+"""
+
+import json
+import os
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import HookedIterator, sigterm
+from mural import config_lib
+from mural import describe
+from mural import losses
+from mural import system
+from mural import systems
+from mural import train
+from mural.data import vocab
+from mural.data import word_vocab
+from mural.models import multilingual
+from mural.models import word_lstm
+from mural.systems import mule
+
+JAX_CACHE = os.environ.get("MURAL_TEST_JAX_CACHE", "/tmp/mural_test_jax_cache")
+jax.config.update("jax_compilation_cache_dir", JAX_CACHE)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+
+LANGS = ["en", "de", "sw"]
+
+
+def tiny_mule_config(**overrides):
+  """MULE at toy sizes on the built-in data (3 languages, 16 held-out scenes)."""
+  c = mule.get_config()
+  c.model.image.variant = "b0"
+  c.model.image.width_coefficient = 0.25
+  c.model.image.depth_coefficient = 0.25
+  c.model.image.hidden_dim = 32
+  c.model.image.output_dim = 16
+  c.model.text.words_per_language = 64
+  c.model.text.word_dim = 8
+  c.model.text.mule_dim = 16
+  c.model.text.lstm_dim = 16
+  c.model.text.output_dim = 16
+  c.model.text.max_len = 16
+  c.data.image_size = 32
+  c.data.eval_resize = 36
+  c.data.synthetic.languages = list(LANGS)
+  c.data.languages = list(LANGS)
+  c.data.synthetic.eval_scenes = 16
+  c.tasks.mm.batch_size = c.tasks.nc.batch_size = 8
+  c.tasks.mm.learning_rate = c.tasks.nc.learning_rate = 1e-2
+  c.eval_batch_size = 16
+  c.optim.warmup_steps = 1
+  c.total_steps = 4
+  c.log_every_steps = 1
+  c.eval_every_steps = 0
+  c.checkpoint_every_steps = 2
+  c.keep_checkpoints = 3
+  for key, value in overrides.items():
+    node = c
+    *parents, leaf = key.split(".")
+    for p in parents:
+      node = node[p]
+    node[leaf] = value
+  return c
+
+
+# ---- Losses against NumPy float64 ----------------------------------------------------
+
+
+def _np_normalize(x):
+  return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def np_top_k_triplet(x, y, margin, k, valid):
+  d = 1.0 - _np_normalize(x) @ _np_normalize(y).T
+  rows = np.flatnonzero(valid)
+  kk = min(k, len(d) - 1)
+
+  def one_way(d):
+    total = 0.0
+    for i in rows:
+      hinges = sorted((max(0.0, margin + d[i, i] - d[i, j]) for j in rows if j != i), reverse=True)
+      total += sum((hinges + [0.0] * kk)[:kk]) / kk
+    return total / max(len(rows), 1)
+
+  return one_way(d) + one_way(d.T)
+
+
+def _numeric_grad(f, x, eps=1e-6):
+  g = np.zeros_like(x)
+  for idx in np.ndindex(*x.shape):
+    step = np.zeros_like(x)
+    step[idx] = eps
+    g[idx] = (f(x + step) - f(x - step)) / (2 * eps)
+  return g
+
+
+@pytest.mark.parametrize("k", [1, 3, 10])
+def test_top_k_triplet_matches_numpy(k):
+  rng = np.random.default_rng(k)
+  x, y = rng.normal(size=(6, 4)), rng.normal(size=(6, 4))
+  valid = np.array([True, True, True, True, True, False])
+  margin = 0.4
+  got, parts = losses.top_k_triplet_loss(jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32), margin, k,
+                                         jnp.asarray(valid))
+  np.testing.assert_allclose(float(got), np_top_k_triplet(x, y, margin, k, valid), rtol=1e-5)
+  assert float(parts["x2y"]) + float(parts["y2x"]) == pytest.approx(float(got))
+  # Gradients, both sides, against central differences of the float64 NumPy loss.
+  grad = jax.grad(lambda a, b: losses.top_k_triplet_loss(a, b, margin, k, jnp.asarray(valid))[0], argnums=(0, 1))
+  gx, gy = grad(jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32))
+  np.testing.assert_allclose(gx, _numeric_grad(lambda a: np_top_k_triplet(a, y, margin, k, valid), x), atol=2e-5)
+  np.testing.assert_allclose(gy, _numeric_grad(lambda b: np_top_k_triplet(x, b, margin, k, valid), y), atol=2e-5)
+  assert np.all(gx[5] == 0) and np.all(gy[5] == 0)  # The padding row takes no part.
+
+
+def test_top_k_triplet_is_zero_when_every_constraint_holds():
+  x = np.eye(4, dtype=np.float32)
+  got, _ = losses.top_k_triplet_loss(jnp.asarray(x), jnp.asarray(x), 0.5, 10)
+  assert float(got) == 0.0  # d(pos) = 0, d(neg) = 1 > margin.
+  got, _ = losses.top_k_triplet_loss(jnp.asarray(x), jnp.asarray(x), 1.5, 10)
+  assert float(got) == pytest.approx(2 * 0.5)  # Every hinge is 1.5 - 1.
+
+
+def test_language_classifier_loss_matches_numpy():
+  rng = np.random.default_rng(0)
+  logits, labels = rng.normal(size=(5, 3)), np.array([0, 2, 1, 1, 0])
+  valid = np.array([True, True, True, False, True])
+  log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+  want = -np.mean([log_p[i, labels[i]] for i in np.flatnonzero(valid)])
+  got, m = losses.language_classifier_loss(jnp.asarray(logits, jnp.float32), jnp.asarray(labels),
+                                           jnp.asarray(valid))
+  np.testing.assert_allclose(float(got), want, rtol=1e-5)
+  right = [np.argmax(logits[i]) == labels[i] for i in np.flatnonzero(valid)]
+  assert float(m["accuracy"]) == pytest.approx(np.mean(right))
+
+
+# ---- Model pieces --------------------------------------------------------------------
+
+
+def test_grouped_matmul_matches_per_row_weights():
+  rng = np.random.default_rng(0)
+  x, w = rng.normal(size=(7, 3)).astype(np.float32), rng.normal(size=(4, 3, 5)).astype(np.float32)
+  groups = np.array([2, 0, 3, 2, 2, 0, 1])
+  want = np.einsum("nd,nde->ne", x, w[groups])
+  np.testing.assert_allclose(multilingual.grouped_matmul(jnp.asarray(x), jnp.asarray(groups), jnp.asarray(w)),
+                             want, rtol=1e-5, atol=1e-6)
+  f = lambda a, b: jnp.sum(jnp.sin(multilingual.grouped_matmul(a, jnp.asarray(groups), b)))
+  ref = lambda a, b: jnp.sum(jnp.sin(jnp.einsum("nd,nde->ne", a, b[groups])))
+  for got, exp in zip(jax.grad(f, (0, 1))(x, w), jax.grad(ref, (0, 1))(x, w)):
+    np.testing.assert_allclose(got, exp, rtol=1e-5, atol=1e-6)
+
+
+def test_language_classifier_reverses_the_gradient_below_it():
+  clf = multilingual.LanguageClassifier(3)
+  u = jnp.asarray(np.random.default_rng(1).normal(size=(4, 5)), jnp.float32)
+  labels = jnp.array([0, 1, 2, 1])
+  params = nn_unbox(clf.init(jax.random.PRNGKey(0), u)["params"])
+  dense = lambda p, x: x @ p["dense"]["kernel"] + p["dense"]["bias"]
+  ce = lambda logits: losses.language_classifier_loss(logits, labels)[0]
+  g_params, g_u = jax.grad(lambda p, x: ce(clf.apply({"params": p}, x)), (0, 1))(params, u)
+  want_params, want_u = jax.grad(lambda p, x: ce(dense(p, x)), (0, 1))(params, u)
+  np.testing.assert_allclose(g_params["dense"]["kernel"], want_params["dense"]["kernel"], rtol=1e-6)
+  np.testing.assert_allclose(g_u, -want_u, rtol=1e-6)  # Reversed below the classifier.
+
+
+def nn_unbox(tree):
+  import flax.linen as nn  # pylint: disable=g-import-not-at-top
+  return nn.unbox(tree)
+
+
+def np_word_lstm(p, ids, mask, n, per_language):
+  """The tower in float64 NumPy, one sentence and one time step at a time."""
+  p = jax.tree.map(lambda a: np.asarray(a, np.float64), nn_unbox(p))
+  sig = lambda z: 1 / (1 + np.exp(-z))
+  s_out, u_out = [], []
+  for row, m in zip(ids, mask):
+    lang = row[0] // n
+    mule = p["token_embed"][row] @ p["lang_fc_kernel"][lang] + p["lang_fc_bias"][lang]
+    length = int(m.sum())
+    u_out.append(mule[:length].mean(0))
+    g = lang if per_language else 0
+    h = c = np.zeros(p["lstm_recurrent_kernel"].shape[1])
+    for t in range(length):
+      z = mule[t] @ p["lstm_input_kernel"][g] + h @ p["lstm_recurrent_kernel"][g] + p["lstm_bias"][g]
+      i, f, gg, o = np.split(z, 4)
+      c = sig(f) * c + sig(i) * np.tanh(gg)
+      h = sig(o) * np.tanh(c)
+    s_out.append(h @ p["out_kernel"][g] + p["out_bias"][g])
+  return np.stack(s_out), np.stack(u_out)
+
+
+@pytest.mark.parametrize("branches", ["shared", "per_language"])
+def test_word_lstm_tower_matches_numpy(branches):
+  n, num_langs = 10, 3
+  tower = word_lstm.WordLstmTower(num_languages=num_langs, words_per_language=n, word_dim=4, mule_dim=5,
+                                  lstm_dim=6, output_dim=3, branches=branches)
+  lengths, langs = [3, 1, 5, 4], [2, 0, 1, 2]
+  rng = np.random.default_rng(0)
+  ids = np.zeros((4, 6), np.int32)
+  mask = np.zeros((4, 6), np.int32)
+  for r, (length, lang) in enumerate(zip(lengths, langs)):
+    ids[r] = lang * n + word_vocab.PAD
+    ids[r, :length] = lang * n + rng.integers(1, n, length)
+    mask[r, :length] = 1
+  params = tower.init(jax.random.PRNGKey(0), ids, mask)["params"]
+  params = jax.tree.map(lambda a: a + 0.1 * jax.random.normal(jax.random.PRNGKey(1), a.shape), nn_unbox(params))
+  s, aux = tower.apply({"params": params}, ids, mask)
+  want_s, want_u = np_word_lstm(params, ids, mask, n, branches == "per_language")
+  np.testing.assert_allclose(s, want_s, rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(aux["mule"], want_u, rtol=1e-4, atol=1e-5)
+  np.testing.assert_array_equal(aux["lang"], langs)
+  g = 1 if branches == "shared" else num_langs
+  assert params["lstm_recurrent_kernel"].shape == (g, 6, 24) and params["lang_fc_kernel"].shape == (3, 4, 5)
+
+
+# ---- The per-language word vocabulary --------------------------------------------------
+
+
+def test_word_tokenizer_block_layout(tmp_path):
+  texts = [("en", b"A red circle."), ("en", b"a red star"), ("de", b"Ein roter Kreis"), ("sw", b"duara"),
+           ("xx", b"ignored")]
+  counts = word_vocab.count_words(texts, LANGS)
+  assert counts["en"]["red"] == 2 and counts["en"]["."] == 1 and "ignored" not in str(counts)
+  assert word_vocab.choose_words(counts, words_per_language=6, min_count=1)["en"] == ["a", "red", ".", "circle"]
+  words = word_vocab.choose_words(counts, words_per_language=5, min_count=1)  # At most N - 2 words.
+  assert words["en"] == ["a", "red", "."]  # Falling count, then the word.
+  assert word_vocab.choose_words(counts, 10, min_count=2)["en"] == ["a", "red"]
+  path = tmp_path / "words.json"
+  word_vocab.save(path, LANGS, words)
+  tok = word_vocab.WordTokenizer(str(path), LANGS, words_per_language=10, max_len=4)
+  ids, mask = tok.tokenize(np.array(["a red square", "Kreis ein ein ein ein", "duara"]), np.array([0, 1, 2]))
+  en, de, sw = (lambda w, lang=l: LANGS.index(lang) * 10 + 2 + words[lang].index(w) for l in LANGS)
+  np.testing.assert_array_equal(ids, [[en("a"), en("red"), 0 * 10 + 1, 0],  # 'square' unknown; en padding 0.
+                                      [de("kreis"), de("ein"), de("ein"), de("ein")],  # Truncated to max_len.
+                                      [sw("duara"), 20, 20, 20]])  # sw's padding is 2 * 10.
+  np.testing.assert_array_equal(mask, [[1, 1, 1, 0], [1, 1, 1, 1], [1, 0, 0, 0]])
+  np.testing.assert_array_equal(word_vocab.language_of(ids.numpy(), 10), [0, 1, 2])
+  with pytest.raises(ValueError, match="language index"):
+    tok.tokenize(np.array(["a"]))
+  with pytest.raises(config_lib.ConfigError, match=r"^config\.data\.languages: "):
+    word_vocab.WordTokenizer(str(path), ["en", "de"], 10, 4)
+  with pytest.raises(config_lib.ConfigError, match=r"^config\.model\.text\.words_per_language: "):
+    word_vocab.WordTokenizer(str(path), LANGS, 4, 4)
+
+
+# ---- Config errors ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("field, value", [
+    ("model.text.words_per_language", 2),
+    ("model.text.word_dim", 0),
+    ("model.text.lstm_dim", -1),
+    ("model.text.branches", "each"),
+    ("model.image.hidden_dim", 0),
+    ("model.image.backbone_workdir", None),
+    ("data.tokenizer", "wordpiece"),
+    ("data.word_min_count", 0),
+    ("tasks.mm.margin", -0.1),
+    ("tasks.nc.top_k", 0),
+    ("tasks.mm.classifier_weight", -1.0),
+])
+def test_config_errors_are_one_line(field, value):
+  c = tiny_mule_config(**{field: value})
+  with pytest.raises(config_lib.ConfigError) as e:
+    mule.validate(c)
+  message = str(e.value)
+  assert message.startswith(f"config.{field}: ") and "\n" not in message, message
+
+
+def test_config_errors_at_build():
+  c = tiny_mule_config(**{"model.text.output_dim": 12})
+  with pytest.raises(config_lib.ConfigError, match=r"^config\.model\.text\.output_dim: .*12.*16"):
+    mule.validate(c)
+  c = tiny_mule_config(**{"data.tokenizer": "letters"})
+  with pytest.raises(config_lib.ConfigError, match=r"^config\.data\.tokenizer: 'letters' not in"):
+    vocab.tokenizer(c, (), "/nonexistent")
+  c = tiny_mule_config(**{"model.image.backbone_workdir": "/nonexistent/run"})
+  with pytest.raises(config_lib.ConfigError, match=r"^config\.model\.image\.backbone_workdir: "):
+    mule.build_model(c, mule.tasks(c))
+  with pytest.raises(config_lib.ConfigError, match="ablation 'nope'"):
+    mule.apply_ablation(tiny_mule_config(), "nope")
+
+
+# ---- Describe and the ablations as configs ---------------------------------------------
+
+
+def _text_params(c, g):
+  t, langs = c.model.text, len(c.data.languages)
+  h = t.lstm_dim
+  return (langs * t.words_per_language * t.word_dim + langs * (t.word_dim + 1) * t.mule_dim
+          + g * ((t.mule_dim + h + 1) * 4 * h + (h + 1) * t.output_dim))
+
+
+def test_describe_counts_what_trains():
+  c = tiny_mule_config()
+  counts = describe.describe(c)
+  features = 80  # The tiny EfficientNet's pooled width (frozen: not a parameter).
+  image = (features + 1) * 32 + 2 * 32 + (32 + 1) * 16
+  classifier = (16 + 1) * 3
+  assert counts["image_tower"] == image
+  assert counts["token_embeddings"] == 3 * 64 * 8
+  assert counts["total"] == image + _text_params(c, 1) + classifier
+
+
+@pytest.mark.parametrize("name, tasks, branches, classifier", [
+    ("parallel_embn", ["mm"], 3, False),
+    ("embn", ["mm"], 1, False),
+    ("embn_nc", ["mm", "nc"], 1, False),
+    ("embn_nc_lc", ["mm", "nc"], 1, True),
+])
+def test_ablations_are_config_values(name, tasks, branches, classifier):
+  c = mule.apply_ablation(tiny_mule_config(), name)
+  active = system.active_tasks(mule.SYSTEM, c)
+  assert [t.name for t in active] == tasks
+  params = nn_unbox(describe.param_shapes(c))
+  assert params["text_tower"]["lstm_input_kernel"].shape[0] == branches
+  assert ("language_classifier" in params) == classifier
+
+
+# ---- End to end ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def words_file(tmp_path_factory):
+  """One word vocabulary (learned from 200 records per source) copied into every run's workdir."""
+  c = tiny_mule_config()
+  saved, vocab.RECORDS_PER_SOURCE = vocab.RECORDS_PER_SOURCE, 200
+  try:
+    workdir = tmp_path_factory.mktemp("words")
+    return word_vocab.learn(c, system.active_tasks(mule.SYSTEM, c), str(workdir))
+  finally:
+    vocab.RECORDS_PER_SOURCE = saved
+
+
+def _workdir(tmp_path_factory, name, words_file):
+  workdir = tmp_path_factory.mktemp(name)
+  shutil.copy(words_file, workdir / word_vocab.FILE_NAME)
+  return workdir
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, words_file):
+  """4 uninterrupted steps: (workdir, result)."""
+  workdir = _workdir(tmp_path_factory, "mule_reference", words_file)
+  return workdir, train.train_and_evaluate(tiny_mule_config(), str(workdir), evaluators=[])
+
+
+def test_trains_end_to_end(reference):
+  workdir, result = reference
+  lines = [json.loads(l) for l in (workdir / "metrics.jsonl").read_text().splitlines()]
+  assert [l["step"] for l in lines] == [1, 2, 3, 4]
+  for l in lines:
+    assert np.isfinite(l["loss"])
+    parts = l["loss/i2s"] + l["loss/s2i"] + 1e-6 * l["loss/language"] + l["loss/nc_multimodal"] + l["loss/nc_mule"]
+    assert l["loss"] == pytest.approx(parts, rel=1e-5)
+    assert 0.0 <= l["language_accuracy"] <= 1.0
+  params = result["state"].params
+  assert set(params) == {"image_tower", "text_tower", "language_classifier"}
+  assert set(params["image_tower"]) == {"fc_hidden", "bn", "fc_out"}  # The backbone is no parameter.
+  init = jax.device_get(jax.jit(train.build(tiny_mule_config()).init)(jax.random.PRNGKey(0)))
+  final = jax.device_get(params)
+  for path, before in jax.tree_util.tree_leaves_with_path(init.params):
+    after = final
+    for key in path:
+      after = after[key.key]
+    assert not np.array_equal(before, after), f"{jax.tree_util.keystr(path)} did not train"
+
+
+def test_resumes_bit_exactly(reference, tmp_path_factory, words_file):
+  config = tiny_mule_config()
+  workdir = _workdir(tmp_path_factory, "mule_resumed", words_file)
+  setup = train.build(config)
+  inner = train.input_pipeline(config, setup, str(workdir))[1]
+  stopped = train.train_and_evaluate(config, str(workdir), train_iter=HookedIterator(inner, 2, sigterm),
+                                     evaluators=[])
+  assert stopped["preempted"] and stopped["step"] == 2
+  resumed = train.train_and_evaluate(config, str(workdir), evaluators=[])
+  assert resumed["step"] == 4
+  for a, b in zip(jax.tree.leaves(jax.device_get(resumed["state"].params)),
+                  jax.tree.leaves(jax.device_get(reference[1]["state"].params))):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_evaluates_per_language(reference):
+  workdir, _ = reference
+  results = train.evaluate(tiny_mule_config(), str(workdir))
+  for lang in LANGS:
+    assert 0.0 <= results[f"{lang}/mR"] <= 100.0
+  assert "en-de/acc" in results and "mean/mR" in results
+  assert (workdir / "eval" / "step_4.json").exists()
+
+
+def test_system_is_in_the_table():
+  assert systems.SYSTEMS["mule"] is mule.SYSTEM
