@@ -17,6 +17,7 @@ INSTALL_REQUIRES = [
     "tensorboard>=2.21,<2.22",  # clu.metric_writers writes TensorBoard event files through it.
     "numpy>=1.26",
     "Pillow>=10.1",
+    "faiss-cpu>=1.8,<2",  # mural.index: exact and ANN (HNSW, IVF-PQ) search over embeddings.
 ]
 
 setuptools.setup(

@@ -161,6 +161,14 @@ def base_config() -> ml_collections.ConfigDict:
   c.checkpoint_every_steps = 5_000  # Also at the end and on SIGTERM.
   c.keep_checkpoints = 3  # Newest checkpoints kept in workdir/checkpoints.
   c.eval_batch_size = 256  # Examples per embedding call in evaluation.
+
+  # ---- Warm start (mural/warm_start.py) ------------------------------------
+  # An export directory or a workdir whose variables start a new run (only
+  # when the run's own workdir has no checkpoint): arrays that match by name
+  # and shape are loaded, the rest initialised as usual; the log lists both.
+  # Reuse the source's vocab too (data.vocab_path = <export>/vocab.txt).
+  c.init_from = ""
+  c.init_from_parts = "towers"  # towers (image and text towers) | all (also heads, temperature).
   return c
 
 
@@ -271,6 +279,8 @@ def validate(c: ml_collections.ConfigDict) -> None:
            f"{o.warmup_steps} must be below total_steps {c.total_steps}")
   for name in ("log_every_steps", "checkpoint_every_steps", "keep_checkpoints", "eval_batch_size"):
     _require(isinstance(c[name], int) and c[name] >= 1, name, f"must be an int >= 1, got {c[name]!r}")
+  _require(c.init_from_parts in ("towers", "all"), "init_from_parts",
+           f"{c.init_from_parts!r} not in ('towers', 'all')")
   _require(isinstance(c.eval_every_steps, int) and c.eval_every_steps >= 0, "eval_every_steps",
            f"must be an int >= 0, got {c.eval_every_steps!r}")
   # The built-in data's section, checked here so its mistakes too come before TensorFlow loads

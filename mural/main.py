@@ -4,6 +4,8 @@
   --mode=train      train (resuming from DIR's latest checkpoint) and evaluate
   --mode=eval       evaluate DIR's latest checkpoint
   --mode=describe   print the model's parameter counts as JSON
+  --mode=export     write DIR's latest (or --step) checkpoint as a self-contained export
+                    (--export_dir, default DIR/export/step_<N>; mural/export.py)
 
 Several processes (hosts): pass --coordinator_address=HOST:PORT,
 --num_processes and --process_id to every process (launch/local_multiprocess.py
@@ -41,7 +43,9 @@ from mural import systems
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (see configs/).", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Checkpoints, metrics.jsonl, TensorBoard, eval/.")
-_MODE = flags.DEFINE_enum("mode", "train", ["train", "eval", "describe"], "What to do.")
+_MODE = flags.DEFINE_enum("mode", "train", ["train", "eval", "describe", "export"], "What to do.")
+_EXPORT_DIR = flags.DEFINE_string("export_dir", None, "--mode=export: where (default DIR/export/step_<N>).")
+_STEP = flags.DEFINE_integer("step", None, "--mode=export: the checkpoint step (default: the latest).")
 _COORDINATOR = flags.DEFINE_string("coordinator_address", None,
                                    "host:port of process 0, for multi-process runs.")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Processes in a multi-process run.")
@@ -165,6 +169,9 @@ def main(argv):
     _init_distributed(config, _WORKDIR.value)
     if _MODE.value == "train":
       train.train_and_evaluate(config, _WORKDIR.value)
+    elif _MODE.value == "export":
+      from mural import export  # pylint: disable=g-import-not-at-top
+      print(export.export(config, _WORKDIR.value, _EXPORT_DIR.value, _STEP.value))
     else:
       train.evaluate(config, _WORKDIR.value)
     minutes, seconds = divmod(round(time.monotonic() - _START), 60)

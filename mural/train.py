@@ -40,6 +40,7 @@ from mural import optim
 from mural import sharding
 from mural import system as system_lib
 from mural import systems
+from mural import warm_start
 from mural.data import pipeline
 from mural.data import vocab
 from mural.state import TrainState
@@ -280,6 +281,8 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
   else:
     state = jax.jit(setup.init, out_shardings=setup.state_shardings)(jax.random.PRNGKey(config.seed))
     logging.info("Initialised %d parameters.", sum(x.size for x in jax.tree.leaves(state.params)))
+    if config.init_from:
+      state = warm_start.load_into(state, config)[0]
   start_step = int(sharding.to_host(state.step))
 
   # ---- Evaluators and logs ------------------------------------------------------

@@ -1,0 +1,76 @@
+"""Warm start: a new run begins from the variables of an export directory or a workdir.
+
+`config.init_from` names the source (mural/export.py reads either);
+`config.init_from_parts` says what to take: 'towers' (the common case: a new
+head on pretrained towers; every top-level parameter group named '*_tower',
+with its batch statistics) or 'all'. An array is loaded when the source has
+one of the same name and shape; everything else keeps its fresh
+initialisation. The log says what was loaded and what was not, so a renamed
+head or a resized table is never silently left untrained or dropped. The
+optimizer state and the step start from zero.
+"""
+
+from typing import Any, Dict, List, Tuple
+
+import jax
+import numpy as np
+from absl import logging
+
+from mural import export
+
+
+def _take(name: str, parts: str) -> bool:
+  return parts == "all" or name.split("/", 1)[0].endswith("_tower")
+
+
+def _summary(names: List[str], limit: int = 8) -> str:
+  if not names:
+    return "none"
+  more = f", ... ({len(names) - limit} more)" if len(names) > limit else ""
+  return ", ".join(names[:limit]) + more
+
+
+def load_into(state, config) -> Tuple[Any, Dict[str, List[str]]]:
+  """(state with the source's matching arrays, {'loaded', 'initialised', 'unused'} array names).
+
+  Arrays keep the state's shardings (each process places its own shards).
+  Raises ValueError when nothing matches: that is a wrong path or model, not
+  a warm start.
+  """
+  source, step = export.read_variables(config.init_from)
+  parts = config.init_from_parts
+  report = {"loaded": [], "initialised": [], "unused": []}
+  new = {}
+  for collection in ("params", "batch_stats"):
+    have = export.flat(source.get(collection, {}))
+
+    def pick(path, leaf, collection=collection, have=have):
+      name = "/".join(str(getattr(k, "key", k)) for k in path)
+      full = f"{collection}/{name}"
+      value = have.get(name)
+      if not _take(name, parts) or value is None:
+        report["initialised"].append(full)
+        return leaf
+      if tuple(np.shape(value)) != tuple(leaf.shape):
+        report["initialised"].append(f"{full} (source shape {tuple(np.shape(value))}, "
+                                     f"this model {tuple(leaf.shape)})")
+        return leaf
+      report["loaded"].append(full)
+      value = np.asarray(value, leaf.dtype)
+      return jax.make_array_from_callback(leaf.shape, leaf.sharding, lambda index: value[index])
+
+    new[collection] = jax.tree_util.tree_map_with_path(pick, getattr(state, collection))
+    used = {n.split(" ")[0] for n in report["loaded"]}
+    report["unused"] += [f"{collection}/{n}" for n in have if f"{collection}/{n}" not in used]
+  if not report["loaded"]:
+    raise ValueError(f"config.init_from: no array of {config.init_from} matches this model by name "
+                     f"and shape (init_from_parts={parts!r}); newly initialised: "
+                     f"{_summary(report['initialised'], 3)}")
+  groups = sorted({n.split("/")[1] for n in report["loaded"]})
+  count = sum(int(np.prod(np.shape(x))) for c in ("params", "batch_stats")
+              for n, x in export.flat(source.get(c, {})).items() if f"{c}/{n}" in report["loaded"])
+  logging.info("Warm start from %s (step %d, parts=%s): loaded %d arrays (%d values) of %s; newly "
+               "initialised %d: %s; in the source, not loaded: %d: %s.", config.init_from, step, parts,
+               len(report["loaded"]), count, ", ".join(groups), len(report["initialised"]),
+               _summary(report["initialised"]), len(report["unused"]), _summary(report["unused"]))
+  return state.replace(params=new["params"], batch_stats=new["batch_stats"]), report

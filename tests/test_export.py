@@ -1,0 +1,326 @@
+"""Export for retrieval (issue 12), on one short training shared by every test here.
+
+The trained model's own embeddings (the evaluator's Embedder on the trained
+state) are the reference: mural.export.load, the SavedModel in a process that
+cannot import mural or JAX, and embed -> index -> search must reproduce them
+(and the evaluator's recalls); a warm-started run's first loss must be the
+trained model's loss on that batch.
+"""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import types
+
+import jax
+import numpy as np
+import pytest
+
+from conftest import ROOT, HookedIterator, sigterm, tiny_config
+from mural import embed
+from mural import evaluate
+from mural import export
+from mural import index as index_lib
+from mural import search
+from mural import system as system_lib
+from mural import train
+from mural import warm_start
+
+JAX_CACHE = os.environ.get("MURAL_TEST_JAX_CACHE", "/tmp/mural_test_jax_cache")
+jax.config.update("jax_compilation_cache_dir", JAX_CACHE)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+
+# 100 cheap steps at the demo's rates and temperature; batch-norm statistics that follow the
+# training within them (momentum 0.9), so eval-mode images no longer embed alike.
+OVERRIDES = dict(total_steps=100, eval_every_steps=0, checkpoint_every_steps=100, log_every_steps=50,
+                 optim__warmup_steps=10, model__init_temperature=0.05, tasks__i2t__learning_rate=1e-2,
+                 tasks__t2t__learning_rate=1e-2, model__image__bn_momentum=0.9)
+TEXTS = ["a red circle", "ein roter Kreis", "красный круг", "लाल वृत्त", "ቀይ ክብ", "赤い円", "",
+         "mduara mwekundu " * 40, "  ", "x"]
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_vocab, tmp_path_factory):
+  """The tiny model trained 100 steps and evaluated once, its export, and the evaluator's embeddings
+  of the held-out scenes and of TEXTS."""
+  from mural.data import eval_data  # pylint: disable=g-import-not-at-top
+  from mural.data import synthetic  # pylint: disable=g-import-not-at-top
+  from mural.data import tokenizer  # pylint: disable=g-import-not-at-top
+  workdir = tmp_path_factory.mktemp("trained")
+  config = tiny_config(tiny_vocab, **OVERRIDES)
+  result = train.train_and_evaluate(config, str(workdir))
+  export_dir = export.export(config, str(workdir))
+  setup = train.build(config)
+  heads = setup.system.retrieval_heads(config, setup.tasks)
+  embedder = evaluate.Embedder(setup.model, setup.mesh, setup.rules, config.eval_batch_size)
+  variables = result["state"].variables()
+  scenes = synthetic.build_eval_data(config)
+  tok = tokenizer.Tokenizer(tiny_vocab, config.model.text.max_len)
+  ids, mask = (a.numpy() for a in tok.tokenize(TEXTS))
+  return types.SimpleNamespace(
+      config=config, workdir=workdir, result=result, export_dir=export_dir, setup=setup,
+      scenes=scenes, texts=embedder.texts(variables, ids, mask, heads["text"]),
+      images=embedder.images(variables, eval_data.eval_images(scenes.images, config.data), heads["image"]))
+
+
+def _png_files(images, directory) -> list:
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  directory.mkdir(parents=True, exist_ok=True)
+  paths = []
+  for i, im in enumerate(images):
+    paths.append(directory / f"scene_{i:03d}.png")
+    paths[-1].write_bytes(tf.io.encode_png(im).numpy())
+  return paths
+
+
+def test_export_dir_and_load_match_the_evaluator(trained, tmp_path):
+  d = pathlib.Path(trained.export_dir)
+  assert d == trained.workdir / "export" / "step_100"
+  manifest = json.loads((d / "manifest.json").read_text())
+  assert manifest["system"] == "mural" and manifest["step"] == 100 and manifest["embed_dim"] == 80
+  assert manifest["heads"] == {"image": "", "text": "i2t"}
+  assert manifest["image"]["size"] == 32 and manifest["image"]["resize"] == 36
+  assert manifest["text"]["max_len"] == 16 and manifest["languages"] == ["en", "de", "sw"]
+  assert (d / "vocab.txt").read_text() == pathlib.Path(trained.config.data.vocab_path).read_text()
+  assert not list(d.rglob("*.pkl")) and not list(d.rglob("*.pickle"))
+
+  model = export.load(str(d), batch_size=3)  # Batches of 3: padded tails on both inputs.
+  texts = model.embed_texts(TEXTS)
+  assert texts.dtype == np.float32 and texts.shape == (len(TEXTS), 80)
+  np.testing.assert_allclose(np.linalg.norm(texts, axis=1), 1.0, atol=1e-6)
+  np.testing.assert_allclose(texts, trained.texts, atol=1e-5)
+  raw = trained.scenes.images
+  half = len(raw) // 2
+  items = [str(p) for p in _png_files(raw[:half], tmp_path / "png")] + list(raw[half:])
+  np.testing.assert_allclose(model.embed_images(items), trained.images, atol=1e-5)
+  assert model.embed_texts([]).shape == (0, 80)
+
+  # Bad input: one line, no traceback from deep inside.
+  (tmp_path / "bad.jpg").write_bytes(b"not an image")
+  for bad, message in [(str(tmp_path / "bad.jpg"), "cannot be read or decoded"),
+                       (str(tmp_path / "missing.png"), "cannot be read or decoded"),
+                       (np.zeros((4, 4), np.uint8), r"must be uint8 \[H, W, 3\]")]:
+    with pytest.raises(ValueError, match=message) as e:
+      model.embed_images([bad])
+    assert "\n" not in str(e.value)
+  with pytest.raises(FileNotFoundError, match="not an export directory"):
+    export.load(str(tmp_path / "nowhere"))
+
+
+SAVED_MODEL_SCRIPT = r'''
+import json, sys
+class Blocked:
+  def find_spec(self, name, path=None, target=None):
+    if name.split(".")[0] in ("jax", "jaxlib", "flax", "orbax", "mural"):
+      raise ImportError("blocked: " + name)
+sys.meta_path.insert(0, Blocked())
+import numpy as np
+import tensorflow as tf
+import tensorflow_text  # Registers the tokenizer's ops.
+model = tf.saved_model.load(sys.argv[1])
+texts = json.load(open(sys.argv[2]))
+files = [open(p, "rb").read() for p in json.load(open(sys.argv[3]))]
+pixels = np.load(sys.argv[4]).astype(np.float32)
+out = {
+    "text": model.signatures["embed_text"](text=tf.constant(texts))["embedding"].numpy(),
+    "image": model.signatures["embed_image"](image_bytes=tf.constant(files))["embedding"].numpy(),
+    "pixels": model.signatures["embed_image_pixels"](pixels=tf.constant(pixels))["embedding"].numpy(),
+}
+np.savez(sys.argv[5], **out)
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in ("jax", "mural", "flax"))))
+'''
+
+
+def test_saved_model_loads_without_mural_or_jax(trained, tmp_path):
+  raw = trained.scenes.images
+  (tmp_path / "texts.json").write_text(json.dumps(TEXTS))
+  (tmp_path / "files.json").write_text(json.dumps([str(p) for p in _png_files(raw, tmp_path / "png")]))
+  np.save(tmp_path / "pixels.npy", raw[:5])
+  script = tmp_path / "load.py"
+  script.write_text(SAVED_MODEL_SCRIPT)
+  run = subprocess.run(
+      [sys.executable, str(script), str(pathlib.Path(trained.export_dir) / "saved_model"),
+       str(tmp_path / "texts.json"), str(tmp_path / "files.json"), str(tmp_path / "pixels.npy"),
+       str(tmp_path / "out.npz")],
+      cwd=tmp_path, capture_output=True, text=True, timeout=300,
+      env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": ""})
+  assert run.returncode == 0, run.stderr[-3000:]
+  assert json.loads(run.stdout.strip().splitlines()[-1]) == []
+  out = np.load(tmp_path / "out.npz")
+  np.testing.assert_allclose(out["text"], trained.texts, atol=1e-5)
+  np.testing.assert_allclose(out["image"], trained.images, atol=1e-5)
+  np.testing.assert_allclose(out["pixels"], trained.images[:5], atol=1e-5)
+
+
+def _recalls(text_index, image_index, texts, images, text_ids, langs):
+  """Evaluator-style R@1/5/10 per language, from searches of the two indexes (all hits)."""
+  out = {}
+  for lang in langs:
+    mine = [i for i in text_ids if i.startswith(lang + "/")]
+    rows = np.array([text_ids.index(i) for i in mine])
+    scene = {i: int(i.split("/")[1]) for i in mine}
+    # text -> image: where each caption's scene comes in its hit list.
+    _, hits = image_index.search(texts[rows], len(images))
+    t2i = np.array([[int(pathlib.Path(h).stem.split("_")[1]) for h in row].index(scene[i])
+                    for row, i in zip(hits, mine)])
+    # image -> text: where the scene's first caption of this language comes.
+    _, hits = text_index.search(images, len(text_ids))
+    i2t = np.array([[h for h in row if h in scene].index(next(h for h in row if scene.get(h) == n))
+                    for n, row in enumerate(hits)])
+    for k in (1, 5, 10):
+      out[f"{lang}/i2t_R@{k}"] = 100.0 * float(np.mean(i2t < k))
+      out[f"{lang}/t2i_R@{k}"] = 100.0 * float(np.mean(t2i < k))
+  return out
+
+
+def test_embed_index_search_reproduce_the_evaluators_recalls(trained, tmp_path, capsys):
+  config, scenes = trained.config, trained.scenes
+  images = tmp_path / "images"
+  _png_files(scenes.images, images)
+  (images / "scene_999_broken.png").write_bytes(b"\x89PNG but not really")
+  lines = [f"{lang}/{k}\t{c}" for lang, d in scenes.languages.items() for k, c in enumerate(d.captions)]
+  (tmp_path / "texts.tsv").write_text("\n".join(lines[:5] + ["empty/0\t ", "no tab here"] + lines[5:]) + "\n")
+  out = tmp_path / "out"
+  args = ["--export", trained.export_dir, "--images", str(images / "*.png"), "--texts",
+          str(tmp_path / "texts.tsv"), "--output", str(out), "--dtype", "float32", "--shard_size", "7"]
+  assert embed.main(args) == 0
+  meta = [json.loads(p.read_text()) for p in sorted((out / "texts").glob("*.json"))]
+  assert [s["first"] for s in meta] == list(range(0, len(lines) + 2, 7))
+  assert sorted(r for s in meta for _, r in s["skipped"]) == ["empty text", "no TAB (id<TAB>text)"]
+  image_meta = [json.loads(p.read_text()) for p in sorted((out / "images").glob("*.json"))]
+  assert [k for s in image_meta for k, _ in s["skipped"]] == [str(images / "scene_999_broken.png")]
+
+  # Resume: shards from 1 on are lost (a kill); the rerun writes them again, the same.
+  before = {p.name: p.read_bytes() for p in (out / "texts").iterdir()}
+  for p in (out / "texts").glob("shard-0000[1-9].*"):
+    p.unlink()
+  assert embed.main(args) == 0
+  assert "resuming after 1 done shards (7 inputs)" in capsys.readouterr().err
+  assert {p.name: p.read_bytes() for p in (out / "texts").iterdir()} == before
+
+  texts, text_ids = embed.load_embeddings(str(out / "texts"))
+  vectors, image_ids = embed.load_embeddings(str(out / "images"))
+  assert image_ids == [str(images / f"scene_{i:03d}.png") for i in range(len(scenes.images))]
+  np.testing.assert_allclose(vectors, trained.images, atol=1e-5)
+  for kind in ("images", "texts"):
+    for t in ("flat", "hnsw"):
+      assert index_lib.main(["--embeddings", str(out), "--kind", kind, "--index",
+                             str(tmp_path / f"{kind}_{t}"), "--type", t]) == 0
+  langs = list(config.data.languages)
+  want = {k: v for k, v in trained.result["eval"].items()
+          if k.split("/")[0] in langs and "R@" in k}
+  flat = _recalls(index_lib.Index(str(tmp_path / "texts_flat")), index_lib.Index(str(tmp_path / "images_flat")),
+                  texts, vectors, text_ids, langs)
+  assert flat == want
+  # Not the degenerate model whose texts (or images) all embed alike: its recalls are exactly
+  # k/16 everywhere (3 values), whatever the ids. Here ranks differ by language and direction.
+  assert len(set(want.values())) > 3, want
+  ann = _recalls(index_lib.Index(str(tmp_path / "texts_hnsw")), index_lib.Index(str(tmp_path / "images_hnsw")),
+                 texts, vectors, text_ids, langs)
+  assert all(abs(ann[k] - want[k]) <= 1.0 for k in want)
+
+  # The command line: text -> images, image -> texts.
+  capsys.readouterr()
+  caption = scenes.languages["de"].captions[3]
+  assert search.main(["--export", trained.export_dir, "--index", str(tmp_path / "images_flat"),
+                      "--query", caption, "-k", "3"]) == 0
+  printed = [l.split("\t") for l in capsys.readouterr().out.splitlines()]
+  query = export.load(trained.export_dir).embed_texts([caption])
+  scores, hits = index_lib.Index(str(tmp_path / "images_flat")).search(query, 3)
+  assert [p[2] for p in printed] == hits[0] and [p[0] for p in printed] == ["1", "2", "3"]
+  np.testing.assert_allclose([float(p[1]) for p in printed], scores[0], atol=1e-4)
+  assert search.main(["--export", trained.export_dir, "--index", str(tmp_path / "texts_flat"),
+                      "--image", str(images / "scene_003.png"), "-k", "2"]) == 0
+  assert len(capsys.readouterr().out.splitlines()) == 2
+  assert search.main(["--export", trained.export_dir, "--index", str(tmp_path / "nowhere"),
+                      "--query", "x"]) == 1
+  assert capsys.readouterr().err.strip().count("\n") == 0
+
+
+def test_warm_start_first_loss_is_the_trained_models(trained, tmp_path):
+  """A run started from the export (all parts) computes, at step 1, the trained model's loss on
+  its batch; a towers-only start loads the towers and leaves the heads as initialised."""
+  config = tiny_config(trained.config.data.vocab_path, **OVERRIDES, init_from=trained.export_dir,
+                       init_from_parts="all")
+  setup = trained.setup
+  batches = []
+  pipeline = train.input_pipeline(config, setup, str(tmp_path))[1]
+  hooked = HookedIterator(pipeline, 1, lambda b: (batches.append(b), sigterm(b))[1])
+  run = train.train_and_evaluate(config, str(tmp_path / "warm"), train_iter=hooked, evaluators=[])
+  assert run["step"] == 1
+  first = json.loads((tmp_path / "warm" / "metrics.jsonl").read_text().splitlines()[0])["loss"]
+
+  batch = {t.name: {k: batches[0][t.name][k] for k in t.shapes(config)} for t in setup.tasks}
+  loss_fn = jax.jit(lambda v, r: sum(system_lib.task_losses(
+      setup.model, setup.tasks, v["params"], v["batch_stats"], batch, r)[0].values()))
+  trained_state = trained.result["state"]
+  rng = jax.random.fold_in(trained_state.rng, 0)
+  want = float(loss_fn(jax.device_get(trained_state.variables()), rng))
+  fresh = jax.device_get(jax.jit(setup.init)(jax.random.PRNGKey(config.seed)))
+  untrained = float(loss_fn(fresh.variables(), rng))
+  assert first == pytest.approx(want, rel=1e-5, abs=1e-5)
+  assert abs(first - untrained) > 0.05
+
+  config.init_from_parts = "towers"
+  state, report = warm_start.load_into(jax.device_put(fresh), config)
+  assert report["loaded"] and all(n.split("/")[1] in ("image_tower", "text_tower") for n in report["loaded"])
+  assert {n.split("/")[1] for n in report["initialised"]} == {"i2t_head", "t2t_head", "log_temperature"}
+  got = export.flat(jax.device_get(state.params))
+  source = export.flat(export.read_variables(trained.export_dir)[0]["params"])
+  initial = export.flat(fresh.params)
+  for name, value in got.items():
+    np.testing.assert_array_equal(value, source[name] if name.endswith("_tower") or "_tower/" in name
+                                  else initial[name])
+  config.init_from = str(tmp_path / "nowhere")
+  with pytest.raises(FileNotFoundError, match="neither an export directory"):
+    warm_start.load_into(state, config)
+
+
+EIGHT_DEVICES = r'''
+import sys
+sys.path.insert(0, sys.argv[3])
+import jax, numpy as np
+from conftest import tiny_config
+from mural import checkpointing, export, train
+config = tiny_config(sys.argv[2], mesh__fsdp=8, mesh__data=1, shard_min_size=0)
+setup = train.build(config)
+state = jax.jit(setup.init, out_shardings=setup.state_shardings)(jax.random.PRNGKey(3))
+sharded = [x for x in jax.tree.leaves(state.params) if len(x.sharding.device_set) == 8
+           and not x.sharding.is_fully_replicated]
+assert jax.device_count() == 8 and sharded, "nothing sharded over 8 devices"
+ckpt = checkpointing.Checkpoints(sys.argv[1], 2)
+ckpt.save(7, state, {"k": 0})
+ckpt.wait(); ckpt.close()
+np.savez(sys.argv[1] + "/params.npz", **export.flat(jax.device_get(state.params)))
+'''
+
+
+def test_checkpoint_of_8_devices_exports_on_1(trained, tmp_path):
+  vocab = trained.config.data.vocab_path
+  run = subprocess.run([sys.executable, "-c", EIGHT_DEVICES, str(tmp_path), vocab, str(ROOT / "tests")],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT,
+                       env={**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+                            "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "2"})
+  assert run.returncode == 0, run.stderr[-3000:]
+  assert jax.device_count() == 1
+  config = tiny_config(vocab)
+  d = export.export(config, str(tmp_path), saved_model=False)
+  assert d.endswith("step_7") and not (pathlib.Path(d) / "saved_model").exists()
+  want = np.load(tmp_path / "params.npz")
+  got = export.flat(export.read_variables(d)[0]["params"])
+  assert sorted(got) == sorted(want.files)
+  for name in want.files:
+    np.testing.assert_array_equal(got[name], want[name])
+  assert export.load(d).embed_texts(["hello"]).shape == (1, 80)
+
+
+def test_export_command_line_errors_are_one_line(tmp_path):
+  run = subprocess.run([sys.executable, "-m", "mural.main", f"--config={ROOT / 'configs' / 'tiny.py'}",
+                        f"--workdir={tmp_path}", "--mode=export"],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT,
+                       env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+  assert run.returncode == 1
+  errors = [l for l in run.stderr.splitlines() if l.startswith("mural: error:")]
+  assert errors and "no checkpoint" in errors[0], run.stderr[-2000:]
