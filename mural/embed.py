@@ -20,6 +20,7 @@ split over the local devices (mural.export.Model).
 
 import argparse
 import glob
+import io
 import json
 import os
 import sys
@@ -104,9 +105,11 @@ def text_inputs(path: str) -> Tuple[Optional[int], Callable[[int], Iterator[Item
 # Shards.
 
 
-def _write(path: str, write: Callable[[str], None]):
+def _write(path: str, data: bytes):
+  """The whole file, then a rename: a reader (or a resumed run) never sees part of one."""
   tmp = f"{path}.tmp"
-  write(tmp)
+  with open(tmp, "wb") as f:
+    f.write(data)
   os.replace(tmp, path)
 
 
@@ -122,10 +125,12 @@ def done_shards(directory: str) -> List[dict]:
 def _save_shard(directory: str, index: int, first: int, inputs: int, ids: List[str],
                 vectors: np.ndarray, skipped: List[List[str]], dtype: str):
   base = os.path.join(directory, f"shard-{index:05d}")
-  _write(base + ".npy", lambda p: np.save(open(p, "wb"), vectors.astype(dtype)))
-  _write(base + ".ids", lambda p: open(p, "w", encoding="utf-8").write("".join(i + "\n" for i in ids)))
+  buffer = io.BytesIO()
+  np.save(buffer, vectors.astype(dtype))
+  _write(base + ".npy", buffer.getvalue())
+  _write(base + ".ids", "".join(i + "\n" for i in ids).encode("utf-8"))
   meta = {"first": first, "inputs": inputs, "rows": len(ids), "skipped": skipped}
-  _write(base + ".json", lambda p: open(p, "w").write(json.dumps(meta)))
+  _write(base + ".json", json.dumps(meta).encode("utf-8"))
 
 
 def embed_inputs(model, kind: str, total: Optional[int], items: Callable[[int], Iterator[Item]],
@@ -237,7 +242,7 @@ def main(argv=None) -> int:
       if changed:
         raise ValueError(f"{args.output} holds embeddings written with other settings "
                          f"({', '.join(f'{k}={before.get(k)!r}' for k in changed)}); use a new --output")
-    _write(path, lambda p: open(p, "w").write(json.dumps(settings, indent=1)))
+    _write(path, json.dumps(settings, indent=1).encode("utf-8"))
     for kind, (total, items) in inputs.items():
       embed_inputs(model, kind, total, items, os.path.join(args.output, kind), args.shard_size, args.dtype)
   except (FileNotFoundError, ValueError) as e:

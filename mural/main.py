@@ -166,6 +166,8 @@ def main(argv):
     if _MODE.value == "describe":
       print(json.dumps(describe.describe(config)))
       return
+    if _MODE.value == "export" and _multi_process():
+      _fail(2, "--mode=export runs as one process (it reads a checkpoint of any process count)")
     _init_distributed(config, _WORKDIR.value)
     if _MODE.value == "train":
       train.train_and_evaluate(config, _WORKDIR.value)
