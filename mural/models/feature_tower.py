@@ -1,7 +1,8 @@
 """Feature-input image tower: fixed image features through EmbN's two FC layers (MULE, SMALR).
 
-  images -> a frozen backbone (any IMAGE_TOWERS entry, eval mode) -> features
-         -> FC hidden_dim -> batch norm -> ReLU -> FC output_dim.
+  images -> a frozen backbone (any IMAGE_TOWERS entry, eval mode) -> features,
+         scaled to unit root-mean-square -> FC hidden_dim -> batch norm -> ReLU
+         -> FC output_dim.
 MULE (after Wang et al. 2019): "We also kept image representation fixed, and
 only the two fully connected layers after the CNN were trained" (ResNet-152
 features, 2048 -> 2048 -> 512).
@@ -49,7 +50,11 @@ class FeatureTower(nn.Module):
   @nn.compact
   def __call__(self, images, train: bool = False):
     kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
-    feats = jax.lax.stop_gradient(self.features(images)).astype(self.dtype)
+    feats = jax.lax.stop_gradient(self.features(images)).astype(jnp.float32)
+    # Unit root-mean-square per dimension: a frozen tower's features come at any scale (a
+    # seeded EfficientNet's are ~1e-6, below batch norm's epsilon after the first FC).
+    feats = feats * jax.lax.rsqrt(jnp.maximum(jnp.mean(feats * feats, -1, keepdims=True), 1e-30))
+    feats = feats.astype(self.dtype)
     x = nn.Dense(self.hidden_dim, name="fc_hidden", kernel_init=_named(nn.initializers.lecun_normal(),
                  ("embed", "mlp")), bias_init=_named(nn.initializers.zeros, ("mlp",)), **kw)(feats)
     x = nn.BatchNorm(use_running_average=not train, momentum=self.bn_momentum, name="bn",

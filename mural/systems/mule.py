@@ -110,6 +110,9 @@ def get_config() -> ml_collections.ConfigDict:
   ))
   c.optim.layer_adaptation = False  # Adam(W), as the paper (Adam).
   c.optim.weight_decay = 0.0
+  # PyTorch's Adam epsilon: the classifier's gradient is lambda_2 = 1e-6 times its cross-entropy's,
+  # which an epsilon of 1e-6 would shrink to almost no step.
+  c.optim.eps = 1e-8
   c.optim.warmup_steps = 100
   return c
 
