@@ -25,7 +25,7 @@ TYPES = ("auto", "flat", "hnsw", "ivfpq")
 
 
 def build(vectors: np.ndarray, kind: str = "auto", flat_max: int = 50_000, hnsw_m: int = 32,
-          ef_construction: int = 200, ef_search: int = 128, nlist: int = 0, pq_m: int = 0,
+          ef_construction: int = 128, ef_search: int = 512, nlist: int = 0, pq_m: int = 0,
           nprobe: int = 32, refine: int = 4, seed: int = 0):
   """(faiss index over the rows of `vectors`, {'type', parameters}) by inner product."""
   import faiss  # pylint: disable=g-import-not-at-top
@@ -102,8 +102,9 @@ def main(argv=None) -> int:
   parser.add_argument("--type", choices=TYPES, default="auto")
   parser.add_argument("--flat_max", type=int, default=50_000, help="auto: exact up to this many vectors.")
   parser.add_argument("--hnsw_m", type=int, default=32)
-  parser.add_argument("--ef_construction", type=int, default=200)
-  parser.add_argument("--ef_search", type=int, default=128)
+  parser.add_argument("--ef_construction", type=int, default=128)
+  parser.add_argument("--ef_search", type=int, default=512,
+                      help="hnsw: candidates per query (recall vs time; 512: >= 0.95 on benchmarks/bench_ann.py).")
   parser.add_argument("--nlist", type=int, default=0, help="ivfpq lists (0: ~4 sqrt(N)).")
   parser.add_argument("--pq_m", type=int, default=0, help="ivfpq sub-quantisers (0: D/4).")
   parser.add_argument("--nprobe", type=int, default=32)
