@@ -41,6 +41,7 @@ def base_config() -> ml_collections.ConfigDict:
   # Convolution maths: 'auto' (shifted adds + matmuls on CPU, where XLA's
   # convs are slow; XLA's conv elsewhere) | 'xla' | 'fast'. Same parameters.
   c.model.image.conv_impl = "auto"
+  c.model.image.remat = "none"  # Per MBConv block: none | full | dots (mural/models/remat.py).
 
   c.model.text = ml_collections.ConfigDict()
   c.model.text.name = "bert"  # Key of mural.models.TEXT_TOWERS.
@@ -52,6 +53,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.text.mlp_dim = 3072
   c.model.text.max_len = 64  # Position table size and the tokenizer's length.
   c.model.text.dropout_rate = 0.1
+  c.model.text.remat = "none"  # Per encoder layer: none | full | dots (mural/models/remat.py).
 
   # Projection heads: which heads exist is up to the tasks (each task names
   # the heads it reads); these fields shape every head.
@@ -174,6 +176,7 @@ def base_config() -> ml_collections.ConfigDict:
 
 _DTYPES = ("float32", "bfloat16")
 _HEAD_KINDS = ("dense", "mlp")
+REMAT_POLICIES = ("none", "full", "dots")  # mural/models/remat.py maps each to a JAX policy.
 
 
 def _require(ok: bool, field: str, message: str):
@@ -236,6 +239,9 @@ def validate(c: ml_collections.ConfigDict) -> None:
   _require(t.token_embed_dim <= t.hidden_dim, "model.text.token_embed_dim",
            f"{t.token_embed_dim} exceeds hidden_dim {t.hidden_dim}")
   _require(0.0 <= t.dropout_rate < 1.0, "model.text.dropout_rate", f"must be in [0, 1), got {t.dropout_rate}")
+  for tower in ("image", "text"):
+    policy = c.model[tower].get("remat", "none")
+    _require(policy in REMAT_POLICIES, f"model.{tower}.remat", f"{policy!r} not in {REMAT_POLICIES}")
   _require(c.model.heads.kind in _HEAD_KINDS, "model.heads.kind", f"{c.model.heads.kind!r} not in {_HEAD_KINDS}")
   _require(c.model.heads.embed_dim > 0, "model.heads.embed_dim", "must be positive")
   _require(c.model.heads.mlp_hidden_dim > 0, "model.heads.mlp_hidden_dim", "must be positive")

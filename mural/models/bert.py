@@ -15,6 +15,8 @@ from typing import Any
 import flax.linen as nn
 import jax.numpy as jnp
 
+from mural.models import remat
+
 _init = nn.initializers.truncated_normal(0.02)  # BERT's initializer range.
 
 
@@ -69,6 +71,7 @@ class Bert(nn.Module):
   mlp_dim: int
   max_len: int
   dropout_rate: float = 0.1
+  remat: str = "none"  # Per encoder layer: mural/models/remat.py.
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
 
@@ -94,8 +97,9 @@ class Bert(nn.Module):
     x = _layer_norm("embed_norm", **kw)(x)
     x = nn.Dropout(self.dropout_rate, deterministic=not train)(x)
     attention_mask = nn.make_attention_mask(mask > 0, mask > 0)
+    layer = remat.block(EncoderLayer, self.remat, static_argnums=(3,))  # (self, x, mask, train).
     for i in range(self.num_layers):
-      x = EncoderLayer(self.num_heads, self.mlp_dim, self.dropout_rate,
+      x = layer(self.num_heads, self.mlp_dim, self.dropout_rate,
                        name=f"layer_{i}", **kw)(x, attention_mask, train)
     return x[:, 0], {"sequence": x}
 
@@ -106,4 +110,4 @@ def from_config(text_config, dtype, param_dtype) -> Bert:
   return Bert(vocab_size=t.vocab_size, token_embed_dim=t.token_embed_dim,
               hidden_dim=t.hidden_dim, num_layers=t.num_layers, num_heads=t.num_heads,
               mlp_dim=t.mlp_dim, max_len=t.max_len, dropout_rate=t.dropout_rate,
-              dtype=dtype, param_dtype=param_dtype)
+              remat=remat.check(t.get("remat", "none"), "model.text.remat"), dtype=dtype, param_dtype=param_dtype)

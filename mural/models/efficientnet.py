@@ -30,6 +30,7 @@ from jax import lax
 import jax.numpy as jnp
 
 from mural import config_lib
+from mural.models import remat
 
 # (width, depth, resolution, dropout) per variant, from the reference.
 VARIANTS = {
@@ -360,6 +361,7 @@ class EfficientNet(nn.Module):
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
   conv_impl: str = "auto"  # 'auto' | 'xla' | 'fast': see the module docstring.
+  remat: str = "none"  # Per MBConv block: mural/models/remat.py.
 
   @property
   def output_dim(self) -> int:
@@ -389,8 +391,9 @@ class EfficientNet(nn.Module):
     x = conv(round_filters(STEM_FILTERS, self.width), CONV, kernel=3, strides=2,
              name="stem_conv")(images)
     x = nn.swish(_batch_norm(train, self.bn_momentum, "stem_bn", **kw)(x))
+    block = remat.block(MBConv, self.remat, static_argnums=(2,))  # (self, inputs, train).
     for i, args in enumerate(self.blocks()):
-      x = MBConv(**args, bn_momentum=self.bn_momentum, conv_impl=self.conv_impl,
+      x = block(**args, bn_momentum=self.bn_momentum, conv_impl=self.conv_impl,
                  name=f"block_{i}", **kw)(x, train)
     if self.include_head:
       x = conv(self.output_dim, CONV, name="head_conv")(x)
@@ -430,4 +433,5 @@ def from_config(image_config, dtype, param_dtype) -> EfficientNet:
       num_classes=image_config.num_classes,
       bn_momentum=image_config.bn_momentum,
       conv_impl=check_conv_impl(image_config.get("conv_impl", "auto")),
+      remat=remat.check(image_config.get("remat", "none"), "model.image.remat"),
       dtype=dtype, param_dtype=param_dtype)
