@@ -245,13 +245,15 @@ class Model:
   """An export directory, loaded: embed_texts / embed_images (see the module docstring)."""
 
   def __init__(self, path: str, batch_size: int = 64):
-    import ml_collections  # pylint: disable=g-import-not-at-top
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # pylint: disable=g-import-not-at-top
-    from mural.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+    from mural import data  # pylint: disable=g-import-not-at-top
     root = epath.Path(path)
     if not (root / MANIFEST).exists():
       raise FileNotFoundError(f"{path} is not an export directory (no {MANIFEST}; write one with "
                               "python -m mural.main --mode=export)")
+    data.hide_accelerators_from_tensorflow()  # TensorFlow only preprocesses: the accelerators are JAX's.
+    import ml_collections  # pylint: disable=g-import-not-at-top
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # pylint: disable=g-import-not-at-top
+    from mural.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
     self.path = str(root)
     self.manifest = json.loads((root / MANIFEST).read_text())
     self.config = ml_collections.ConfigDict(json.loads((root / CONFIG).read_text()))
@@ -313,7 +315,8 @@ class Model:
         image = preprocess.decode(data)
       except (tf.errors.OpError, OSError) as e:
         message = (getattr(e, "message", "") or str(e)).strip().splitlines()
-        raise ValueError(f"{what} cannot be read or decoded: {message[0] if message else type(e).__name__}") from None
+        message = message[0].split("}} ")[-1].split(" [Op:")[0] if message else type(e).__name__
+        raise ValueError(f"{what} cannot be read or decoded: {message}") from None
     return self._prepare(tf.convert_to_tensor(image)).numpy()
 
   def embed_prepared(self, images: np.ndarray) -> np.ndarray:
