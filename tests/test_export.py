@@ -202,6 +202,23 @@ def test_embed_index_search_reproduce_the_evaluators_recalls(trained, tmp_path, 
 
   texts, text_ids = embed.load_embeddings(str(out / "texts"))
   vectors, image_ids = embed.load_embeddings(str(out / "images"))
+
+  # TFRecord input: ids from the id feature, or '<file>:<record>' without one; float16 output.
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  record = lambda i, key: tf.train.Example(features=tf.train.Features(feature={
+      "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(
+          value=[(images / f"scene_{i:03d}.png").read_bytes()])),
+      **({"image/id": tf.train.Feature(bytes_list=tf.train.BytesList(value=[key]))} if key else {}),
+  })).SerializeToString()
+  with tf.io.TFRecordWriter(str(tmp_path / "scenes.tfrecord")) as w:
+    for i, key in [(0, b"first"), (1, b""), (2, b"third")]:
+      w.write(record(i, key))
+  assert embed.main(["--export", trained.export_dir, "--images", str(tmp_path / "*.tfrecord"),
+                     "--output", str(tmp_path / "out16")]) == 0
+  got, got_ids = embed.load_embeddings(str(tmp_path / "out16" / "images"))
+  assert got_ids == ["first", f"{tmp_path / 'scenes.tfrecord'}:1", "third"]
+  assert np.load(tmp_path / "out16" / "images" / "shard-00000.npy").dtype == np.float16
+  np.testing.assert_allclose(got, trained.images[:3], atol=2e-3)
   assert image_ids == [str(images / f"scene_{i:03d}.png") for i in range(len(scenes.images))]
   np.testing.assert_allclose(vectors, trained.images, atol=1e-5)
   for kind in ("images", "texts"):
