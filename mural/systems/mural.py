@@ -37,6 +37,7 @@ def image_text_config(**overrides) -> ml_collections.ConfigDict:
       sources=[SYNTHETIC],  # Image-text sources (mural/data/sources.py).
       text_head="i2t",  # Head of the text side ('' : the text tower output).
       image_head="",  # Head of the image side ('' : the pooled image tower, as in ALIGN/MURAL).
+      loss_impl="ring",  # See LOSS_IMPLS.
   ), **overrides))
 
 
@@ -50,6 +51,7 @@ def text_pair_config(**overrides) -> ml_collections.ConfigDict:
       head="t2t",  # Its own text head ('i2t' shares the image-text head).
       temperature=0.01,  # MURAL 3.1: fixed.
       margin=0.3,  # MURAL 3.1: additive margin on the positive cosine.
+      loss_impl="ring",  # See LOSS_IMPLS.
   ), **overrides))
 
 
@@ -66,12 +68,33 @@ def _require(ok: bool, field: str, message: str):
     raise config_lib.ConfigError(f"config.{field}: {message}")
 
 
+# How a task computes its in-batch softmax over the global batch (the same maths):
+#   ring: blockwise around the devices of the batch axes (mural/ring_loss.py): no device
+#         holds more than [b, b] logits (b the per-device batch); on one device: full;
+#   full: the B x B logit matrix (mural/losses.py), B^2 / n floats per device.
+LOSS_IMPLS = ("ring", "full")
+
+
+def _softmax_both_ways(config, name: str):
+  """(x, y, temperature, margin, valid) -> (x2y, y2x) as config.tasks.<name>.loss_impl says."""
+  import functools  # pylint: disable=g-import-not-at-top
+  from mural import ring_loss  # pylint: disable=g-import-not-at-top
+  from mural import sharding  # pylint: disable=g-import-not-at-top
+  impl = config.tasks[name].get("loss_impl", "ring")
+  _require(impl in LOSS_IMPLS, f"tasks.{name}.loss_impl", f"{impl!r} not in {LOSS_IMPLS}")
+  axes = ()
+  if impl == "ring":
+    axes = sharding.batch_spec(sharding.rules_from_config(config))[0] or ()
+    axes = (axes,) if isinstance(axes, str) else tuple(axes)
+  return functools.partial(ring_loss.softmax_xent_both_ways, batch_axes=axes)
+
+
 def image_text_task(config, name: str = "i2t") -> system.Task:
   """Images and captions, contrastive both ways at the model's temperature."""
-  from mural import losses  # pylint: disable=g-import-not-at-top
   from mural.data import inputs  # pylint: disable=g-import-not-at-top
   c = config.tasks[name]
   text_head, image_head = c.text_head, c.image_head
+  softmax = _softmax_both_ways(config, name)
 
   def forward(model, batch, train):
     return {"image": model.embed_images(batch["image"], image_head, train),
@@ -79,8 +102,8 @@ def image_text_task(config, name: str = "i2t") -> system.Task:
             "temperature": model.temperature()}
 
   def loss(out, batch):
-    total, parts = losses.contrastive_loss(out["image"], out["text"], out["temperature"], batch["valid"])
-    return total, {"loss/i2t": parts["x2y"], "loss/t2i": parts["y2x"], "temperature": out["temperature"]}
+    i2t, t2i = softmax(out["image"], out["text"], out["temperature"], 0.0, batch["valid"])
+    return i2t + t2i, {"loss/i2t": i2t, "loss/t2i": t2i, "temperature": out["temperature"]}
 
   return system.task_from_config(config, name, input=inputs.IMAGE_TEXT, forward=forward, loss=loss,
                                  heads=(text_head, image_head))
@@ -88,20 +111,20 @@ def image_text_task(config, name: str = "i2t") -> system.Task:
 
 def text_pair_task(config, name: str = "t2t") -> system.Task:
   """Translation pairs, additive-margin softmax both ways at a fixed temperature."""
-  from mural import losses  # pylint: disable=g-import-not-at-top
   from mural.data import inputs  # pylint: disable=g-import-not-at-top
   c = config.tasks[name]
   _require(c.temperature > 0, f"tasks.{name}.temperature", f"must be positive, got {c.temperature}")
   _require(0 <= c.margin < 2, f"tasks.{name}.margin", f"must be in [0, 2), got {c.margin}")
   head, temperature, margin = c.head, float(c.temperature), float(c.margin)
+  softmax = _softmax_both_ways(config, name)
 
   def forward(model, batch, train):
     return {"left": model.embed_texts(batch["left_ids"], batch["left_mask"], head, train),
             "right": model.embed_texts(batch["right_ids"], batch["right_mask"], head, train)}
 
   def loss(out, batch):
-    total, parts = losses.additive_margin_loss(out["left"], out["right"], temperature, margin, batch["valid"])
-    return total, {"loss/l2r": parts["l2r"], "loss/r2l": parts["r2l"]}
+    l2r, r2l = softmax(out["left"], out["right"], temperature, margin, batch["valid"])
+    return l2r + r2l, {"loss/l2r": l2r, "loss/r2l": r2l}
 
   return system.task_from_config(config, name, input=inputs.TEXT_PAIR, forward=forward, loss=loss,
                                  heads=(head,), updates_batch_stats=False)
