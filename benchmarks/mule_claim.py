@@ -9,7 +9,10 @@ language), identical but for the model (mural/systems/mule.py ABLATIONS):
   parallel_embn  PARALLEL-EmbN: each language its own LSTM and FC (Gella et al.);
   embn           MULE's single shared branch, triplet loss only;
   embn_nc_lc     the shared branch with the neighbourhood constraints and the
-                 adversarial language classifier (MULE without pre-training).
+                 adversarial language classifier (MULE without pre-training);
+  full           (with --variants=...,full) embn_nc_lc warm-started from a
+                 'pretrain' run (NC alone on the sentence pairs, --pretrain_steps):
+                 EmbN+NC+LC+LP.
 
 The paper (Table 2): the shared branch with NC+LC gains most on the scarce
 languages (Multi30K Czech +6.3 mR over PARALLEL-EmbN, French +3.5) while the
@@ -53,7 +56,8 @@ def main():
   parser.add_argument("--backbone_workdir", default="", help="a trained MURAL demo run (default: train one)")
   parser.add_argument("--backbone_steps", type=int, default=None, help="default: configs/demo.py's")
   parser.add_argument("--seed", type=int, default=0)
-  parser.add_argument("--variants", default=",".join(VARIANTS))
+  parser.add_argument("--variants", default=",".join(VARIANTS), help=f"of {VARIANTS + ('full',)}")
+  parser.add_argument("--pretrain_steps", type=int, default=None, help="LP's; default: half of --steps")
   args = parser.parse_args()
 
   sys.path.insert(0, str(ROOT))
@@ -77,9 +81,18 @@ def main():
     if words and not (out / "words.json").exists():
       out.mkdir(parents=True, exist_ok=True)
       shutil.copy(words, out / "words.json")
-    results[name] = train(name, out, [f"--config=configs/mule_demo.py:{name}", f"--config.total_steps={steps}",
-                                      f"--config.model.image.backbone_workdir={backbone}",
-                                      f"--config.seed={args.seed}"], workdir)
+    common = [f"--config.model.image.backbone_workdir={backbone}", f"--config.seed={args.seed}"]
+    if name == "full":  # LP: NC alone first, then the full objective from its text tower.
+      pre = workdir / "pretrain"
+      pre.mkdir(parents=True, exist_ok=True)
+      if words and not (pre / "words.json").exists():
+        shutil.copy(words, pre / "words.json")
+      train("pretrain", pre, ["--config=configs/mule_demo.py:pretrain",
+                              f"--config.total_steps={args.pretrain_steps or steps // 2}", *common], workdir)
+      common += [f"--config.init_from={pre}", f"--config.data.word_vocab_path={pre / 'words.json'}"]
+    config = "embn_nc_lc" if name == "full" else name
+    results[name] = train(name, out, [f"--config=configs/mule_demo.py:{config}", f"--config.total_steps={steps}",
+                                      *common], workdir)
     words = words or out / "words.json"
 
   languages = sorted(demo.data.languages)

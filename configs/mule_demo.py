@@ -3,9 +3,15 @@
     python -m mural.main --config=configs/mule_demo.py --workdir=/tmp/mule_demo
     python -m mural.main --config=configs/mule_demo.py:parallel_embn --workdir=/tmp/parallel
 
+The full model (EmbN+NC+LC+LP): pre-train on paired sentences, then warm-start:
+
+    python -m mural.main --config=configs/mule_demo.py:pretrain --workdir=/tmp/mule_lp
+    python -m mural.main --config=configs/mule_demo.py --workdir=/tmp/mule_full \
+        --config.init_from=/tmp/mule_lp --config.data.word_vocab_path=/tmp/mule_lp/words.json
+
 The argument after ':' is one of mural.systems.mule.ABLATIONS (default
 'embn_nc_lc', MULE without pre-training): 'parallel_embn', 'embn', 'embn_nc',
-'embn_lc', 'embn_nc_lc'. The paper's architecture at a tenth of its widths
+'embn_lc', 'embn_nc_lc', 'pretrain'. The paper's architecture at a tenth of its widths
 (words 300 -> 32, MULE 512 -> 64, LSTM 1024 -> 128, embeddings 512 -> 64,
 image FC 2048 -> 256) over the frozen features of the demo's tiny
 EfficientNet (B0 at width/depth 0.25, 32 px; pass

@@ -266,6 +266,7 @@ def test_word_tokenizer_block_layout(tmp_path):
     ("tasks.mm.margin", -0.1),
     ("tasks.nc.top_k", 0),
     ("tasks.mm.classifier_weight", -1.0),
+    ("data.word_vocab_path", None),
 ])
 def test_config_errors_are_one_line(field, value):
   c = tiny_mule_config(**{field: value})
@@ -315,6 +316,7 @@ def test_describe_counts_what_trains():
     ("embn", ["mm"], 1, False),
     ("embn_nc", ["mm", "nc"], 1, False),
     ("embn_nc_lc", ["mm", "nc"], 1, True),
+    ("pretrain", ["nc"], 1, False),
 ])
 def test_ablations_are_config_values(name, tasks, branches, classifier):
   c = mule.apply_ablation(tiny_mule_config(), name)
@@ -400,3 +402,41 @@ def test_evaluates_per_language(reference):
 
 def test_system_is_in_the_table():
   assert systems.SYSTEMS["mule"] is mule.SYSTEM
+
+
+def test_pretrained_text_tower_warm_starts_the_full_model(reference, words_file):
+  """LP: a run warm-started from another (config.init_from) begins with its text tower."""
+  from mural import warm_start  # pylint: disable=g-import-not-at-top
+  workdir, result = reference
+  config = tiny_mule_config(**{"init_from": str(workdir), "data.word_vocab_path": str(words_file)})
+  setup = train.build(config)
+  state = jax.jit(setup.init)(jax.random.PRNGKey(1))
+  loaded, report = warm_start.load_into(state, config)
+  for a, b in zip(jax.tree.leaves(jax.device_get(loaded.params["text_tower"])),
+                  jax.tree.leaves(jax.device_get(result["state"].params["text_tower"]))):
+    np.testing.assert_array_equal(a, b)
+  assert any(name.startswith("params/language_classifier") for name in report["initialised"])
+  tok = vocab.tokenizer(config, setup.tasks, "/nonexistent")  # The given words, nothing learned.
+  assert tok.vocab_path == str(words_file)
+
+
+def test_fasttext_vectors_fill_their_words_rows(words_file, tmp_path):
+  words = json.loads(open(words_file).read())["words"]
+  first, second = words["en"][0], words["en"][1]
+  (tmp_path / "en.vec").write_text(f"3 8\n{first} {' '.join(['0.5'] * 8)}\nunseen {' '.join(['9'] * 8)}\n"
+                                   f"{second} {' '.join(str(i) for i in range(8))}\n")
+  config = tiny_mule_config(**{"model.text.embeddings_path": str(tmp_path / "{lang}.vec"),
+                               "data.word_vocab_path": str(words_file)})
+  tasks = mule.tasks(config)
+  model = mule.build_model(config, tasks)
+  table = nn_unbox(system.init_variables(model, tasks, config, jax.random.PRNGKey(0)))["params"]["text_tower"]
+  table = np.asarray(table["token_embed"])
+  row = lambda k: 0 * 64 + word_vocab.FIRST_WORD + k
+  np.testing.assert_array_equal(table[row(0)], [0.5] * 8)
+  np.testing.assert_array_equal(table[row(1)], np.arange(8))
+  assert np.abs(table[row(2)]).max() < 2  # A word without a vector keeps its random row.
+  (tmp_path / "en.vec").write_text(f"{first} 1 2 3\n")
+  with pytest.raises(config_lib.ConfigError, match=r"^config\.model\.text\.embeddings_path: .*3-d vectors"):
+    mule.build_model(config, tasks)
+  with pytest.raises(config_lib.ConfigError, match=r"^config\.model\.text\.embeddings_path: needs config\.data"):
+    mule.validate(tiny_mule_config(**{"model.text.embeddings_path": "x.vec"}))

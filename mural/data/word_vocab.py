@@ -151,9 +151,16 @@ class WordTokenizer:
 
 
 def tokenizer(config, tasks: Sequence, workdir: str, learn_missing: bool = True) -> WordTokenizer:
-  """workdir/words.json (learned from the tasks' training text once, by process 0) as a tokenizer."""
+  """config.data.word_vocab_path, else workdir/words.json (learned from the tasks' training text
+  once, by process 0), as a tokenizer."""
   import jax  # pylint: disable=g-import-not-at-top
   from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+  t = config.model.text
+  given = config.data.get("word_vocab_path", "")
+  if given:  # E.g. the pre-training run's, so a warm start keeps every word's row.
+    if not epath.Path(given).exists():
+      raise FileNotFoundError(f"config.data.word_vocab_path: {given} does not exist")
+    return WordTokenizer(given, config.data.languages, t.words_per_language, t.max_len)
   path = epath.Path(workdir) / FILE_NAME
   if not path.exists() and not learn_missing:
     raise FileNotFoundError(f"{path} does not exist: the word vocabulary is learned by --mode=train")
@@ -161,13 +168,14 @@ def tokenizer(config, tasks: Sequence, workdir: str, learn_missing: bool = True)
     learn(config, tasks, workdir)
   if jax.process_count() > 1:
     multihost_utils.sync_global_devices("mural_word_vocab")
-  t = config.model.text
   return WordTokenizer(str(path), config.data.languages, t.words_per_language, t.max_len)
 
 
 def learn(config, tasks: Sequence, workdir: str) -> str:
   """workdir/words.json from the tasks' training text, unless it exists. Touches no JAX device."""
   from mural.data import vocab  # pylint: disable=g-import-not-at-top  (vocab imports this module)
+  if config.data.get("word_vocab_path", ""):
+    return config.data.word_vocab_path
   path = epath.Path(workdir) / FILE_NAME
   if not path.exists():
     languages = list(config.data.languages)
@@ -182,3 +190,20 @@ def learn(config, tasks: Sequence, workdir: str) -> str:
 def language_of(ids: np.ndarray, words_per_language: int) -> np.ndarray:
   """Language index of each row of block-layout ids [N, L] (host-side helper for tests/tools)."""
   return np.asarray(ids)[:, 0] // words_per_language
+
+
+def main(argv):
+  """python -m mural.data.word_vocab CONFIG_FILE OUT_DIR: learn OUT_DIR/words.json from the config's
+  training sources (for config.data.word_vocab_path, e.g. before loading FastText vectors)."""
+  import sys  # pylint: disable=g-import-not-at-top
+  from mural import system, systems  # pylint: disable=g-import-not-at-top
+  if len(argv) != 3:
+    sys.exit(main.__doc__)
+  config = config_lib.from_file(argv[1])
+  tasks = system.active_tasks(systems.get(config), config)
+  print(learn(config, tasks, argv[2]))
+
+
+if __name__ == "__main__":
+  import sys  # pylint: disable=g-import-not-at-top
+  main(sys.argv)

@@ -119,8 +119,9 @@ class WordLstmTower(nn.Module):
 
 
 def load_fasttext(path_pattern: str, languages: Sequence[str], words: dict, words_per_language: int,
-                  word_dim: int, seed: int = 0) -> np.ndarray:
-  """[L * N, word_dim] table: random rows, overwritten by the `.vec` vector of each known word.
+                  word_dim: int, seed: int = 0):
+  """([L * N, word_dim] table, {lang: vectors found}): random rows, overwritten by the `.vec`
+  vector of each vocabulary word.
 
   path_pattern: a path with '{lang}' (e.g. 'cc.{lang}.300.vec'); a language whose
   file does not exist keeps random rows (logged by the caller). words: lang ->

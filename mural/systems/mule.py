@@ -28,7 +28,8 @@ Tasks (each with the trainer's per-task optimizer; weights are the paper's lambd
       share an image, so the paired sentences come from the text-pair source.
 
 Ablations and baselines of the paper (Table 2) are config values (ABLATIONS,
-`apply_ablation`): PARALLEL-EmbN, EmbN, EmbN+NC, EmbN+NC+LC.
+`apply_ablation`): PARALLEL-EmbN, EmbN, EmbN+NC, EmbN+NC+LC, and LP (MULE's
+pre-training on paired sentences: 'pretrain', then a warm start from it).
 
 Choices where the paper is silent: margin m = 0.05 (EmbN's and SMALR's);
 AdamW without weight decay and a linear schedule (mural's optimizer; the
@@ -53,6 +54,10 @@ ABLATIONS = {
     "embn_nc": {"tasks.mm.classifier_weight": 0.0},
     "embn_nc_lc": {},
     "embn_lc": {"tasks.nc.weight": 0.0},
+    # LP, MULE's pre-training: the neighbourhood constraints alone on paired sentences. The full
+    # model (EmbN+NC+LC+LP) is 'embn_nc_lc' warm-started from it: config.init_from = its workdir,
+    # config.data.word_vocab_path = its words.json (configs/mule_demo.py shows the two commands).
+    "pretrain": {"tasks.mm.weight": 0.0},
 }
 
 
@@ -87,8 +92,12 @@ def get_config() -> ml_collections.ConfigDict:
   c.model.text.lstm_dim = 1024
   c.model.text.output_dim = 512
   c.model.text.branches = "shared"  # shared (MULE) | per_language (PARALLEL-EmbN).
+  # FastText .vec text files, '{lang}' standing for the language code (e.g. '/data/cc.{lang}.300.vec'):
+  # the first word vectors of the words in data.word_vocab_path (needed then); "": random.
+  c.model.text.embeddings_path = ""
   c.data.tokenizer = "words"  # Per-language word vocabularies (mural/data/word_vocab.py).
   c.data.word_min_count = 1  # Rarer words are the language's unknown word.
+  c.data.word_vocab_path = ""  # A words.json to use; "": learned into workdir/words.json.
   c.data.languages = list(c.data.synthetic.languages)
 
   c.tasks.mm = ml_collections.ConfigDict(dict(
@@ -145,6 +154,13 @@ def validate(config) -> None:
   _require(config.data.get("tokenizer") == "words", "data.tokenizer",
            f"must be 'words' (per-language word vocabularies) for MULE, got {config.data.get('tokenizer')!r}")
   _positive_int(config.data, "word_min_count", "data")
+  _require(isinstance(config.data.word_vocab_path, str), "data.word_vocab_path",
+           f"must be a path string ('' to learn one), got {config.data.word_vocab_path!r}")
+  _require(isinstance(t.embeddings_path, str), "model.text.embeddings_path",
+           f"must be a path string ('' for random vectors), got {t.embeddings_path!r}")
+  _require(not t.embeddings_path or config.data.word_vocab_path, "model.text.embeddings_path",
+           "needs config.data.word_vocab_path, the words whose rows the vectors fill (learn one with "
+           "`python -m mural.data.word_vocab CONFIG OUT_DIR`)")
   for name in ("mm", "nc"):
     section, field = config.tasks[name], f"tasks.{name}"
     _require(0 <= section.margin <= 2, f"{field}.margin", f"must be in [0, 2] (cosine distance), got {section.margin}")
@@ -220,6 +236,8 @@ def build_model(config, active: Sequence[system.Task]):
   text_section = ml_collections.ConfigDict(config.model.text.to_dict())
   text_section.num_languages = len(config.data.languages)  # The word vocabulary's blocks.
   text = models.TEXT_TOWERS[config.model.text.name](text_section, dtype, param_dtype)
+  if config.model.text.get("embeddings_path", ""):
+    text = text.clone(word_init=_fasttext_table(config))
   if image.output_dim != text.output_dim:
     raise config_lib.ConfigError(
         f"config.model.text.output_dim: texts embed to {text.output_dim}, images to {image.output_dim} "
@@ -228,6 +246,21 @@ def build_model(config, active: Sequence[system.Task]):
   classifier = (multilingual.LanguageClassifier(len(config.data.languages), dtype=dtype, param_dtype=param_dtype)
                 if uses_classifier else None)
   return multilingual.MultilingualDualEncoder(image_tower=image, text_tower=text, language_classifier=classifier)
+
+
+def _fasttext_table(config):
+  """The word table with FastText vectors where the .vec files have the vocabulary's words."""
+  import json  # pylint: disable=g-import-not-at-top
+  from absl import logging  # pylint: disable=g-import-not-at-top
+  from etils import epath  # pylint: disable=g-import-not-at-top
+  from mural.models import word_lstm  # pylint: disable=g-import-not-at-top
+  t = config.model.text
+  words = json.loads(epath.Path(config.data.word_vocab_path).read_text())["words"]
+  table, found = word_lstm.load_fasttext(t.embeddings_path, list(config.data.languages), words,
+                                         t.words_per_language, t.word_dim, seed=config.seed)
+  logging.info("FastText vectors found per language: %s (of %s words).", found,
+               {l: len(w) for l, w in words.items()})
+  return table
 
 
 def evaluators(config, active: Sequence[system.Task], tokenizer):
