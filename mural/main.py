@@ -6,6 +6,8 @@
   --mode=describe   print the model's parameter counts as JSON
   --mode=export     write DIR's latest (or --step) checkpoint as a self-contained export
                     (--export_dir, default DIR/export/step_<N>; mural/export.py)
+  --mode=plan       compile the train step for --devices=N (fake CPU devices) and print the
+                    memory per device and FLOPs, last line JSON (mural/plan.py); no workdir
 
 Several processes (hosts): pass --coordinator_address=HOST:PORT,
 --num_processes and --process_id to every process (launch/local_multiprocess.py
@@ -43,7 +45,8 @@ from mural import systems
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (see configs/).", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Checkpoints, metrics.jsonl, TensorBoard, eval/.")
-_MODE = flags.DEFINE_enum("mode", "train", ["train", "eval", "describe", "export"], "What to do.")
+_MODE = flags.DEFINE_enum("mode", "train", ["train", "eval", "describe", "export", "plan"], "What to do.")
+_DEVICES = flags.DEFINE_integer("devices", None, "--mode=plan: plan for this many (fake CPU) devices.")
 _EXPORT_DIR = flags.DEFINE_string("export_dir", None, "--mode=export: where (default DIR/export/step_<N>).")
 _STEP = flags.DEFINE_integer("step", None, "--mode=export: the checkpoint step (default: the latest).")
 _COORDINATOR = flags.DEFINE_string("coordinator_address", None,
@@ -151,13 +154,17 @@ def main(argv):
   try:
     config_lib.validate(config)
     systems.get(config)
-    if _MODE.value != "describe":
+    if _MODE.value not in ("describe", "plan"):
       if not _WORKDIR.value:
         _fail(2, "--workdir is required for --mode=" + _MODE.value)
       _writable_workdir(_WORKDIR.value)
   except config_lib.ConfigError as e:
     _fail(2, str(e))
 
+  if _DEVICES.value is not None:
+    if _MODE.value != "plan":
+      _fail(2, "--devices: only for --mode=plan")
+    _use_fake_cpu_devices(_DEVICES.value)
   data.hide_accelerators_from_tensorflow()  # First thing once TensorFlow loads.
   from mural import describe  # pylint: disable=g-import-not-at-top
   from mural import train  # pylint: disable=g-import-not-at-top
@@ -165,6 +172,12 @@ def main(argv):
   try:
     if _MODE.value == "describe":
       print(json.dumps(describe.describe(config)))
+      return
+    if _MODE.value == "plan":
+      from mural import plan  # pylint: disable=g-import-not-at-top
+      result = plan.plan(config)
+      print(plan.table(result))
+      print(json.dumps(result))
       return
     if _MODE.value == "export" and _multi_process():
       _fail(2, "--mode=export runs as one process (it reads a checkpoint of any process count)")
@@ -186,6 +199,16 @@ def main(argv):
     # all; the traceback is in the log with --verbosity=1.
     logging.debug("Run failed", exc_info=True)
     _fail(1, f"{type(e).__name__}: {e}")
+
+
+def _use_fake_cpu_devices(n: int) -> None:
+  """N CPU devices for --mode=plan (before JAX loads: XLA reads its flags once)."""
+  if n < 1:
+    _fail(2, f"--devices: must be >= 1, got {n}")
+  if "jax" in sys.modules:
+    _fail(2, "--devices: JAX is already loaded; run --mode=plan in a fresh process")
+  os.environ["JAX_PLATFORMS"] = "cpu"
+  os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={n}".strip()
 
 
 def _one_line(message: str) -> str:

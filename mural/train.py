@@ -160,6 +160,15 @@ def make_train_step(setup: "Setup", accum_steps: int):
   return train_step
 
 
+def jit_train_step(setup: "Setup", config):
+  """The jitted step with the state and batch shardings and the donation training uses."""
+  batch_shardings = {t.name: {k: setup.data_sharding for k in t.shapes(config)} for t in setup.tasks}
+  return jax.jit(make_train_step(setup, config.optim.grad_accum_steps),
+                 in_shardings=(setup.state_shardings, batch_shardings),
+                 out_shardings=(setup.state_shardings, sharding.replicated(setup.mesh)),
+                 donate_argnums=(0,))
+
+
 # ---------------------------------------------------------------------------
 # Everything built from the config before any data or checkpoint is read.
 
@@ -267,11 +276,7 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
   shapes = {t.name: tuple(t.shapes(config)) for t in setup.tasks}
 
   # ---- Update step ----------------------------------------------------------
-  batch_shardings = {task: {k: setup.data_sharding for k in keys} for task, keys in shapes.items()}
-  train_step = jax.jit(make_train_step(setup, config.optim.grad_accum_steps),
-                       in_shardings=(setup.state_shardings, batch_shardings),
-                       out_shardings=(setup.state_shardings, sharding.replicated(setup.mesh)),
-                       donate_argnums=(0,))
+  train_step = jit_train_step(setup, config)
 
   # ---- Restore or initialise ----------------------------------------------
   checkpoints = checkpointing.Checkpoints(workdir, config.keep_checkpoints)

@@ -1,0 +1,53 @@
+"""--mode=plan: the compiled train step's memory per device on N fake CPU devices (mural/plan.py)."""
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import ROOT  # ml_collections only: imports no JAX.
+
+# The interface scripts read (issue 13), at least these keys.
+KEYS = ("devices", "mesh", "global_batch", "dtype", "params_bytes_per_device", "opt_state_bytes_per_device",
+        "temp_bytes_per_device", "total_bytes_per_device", "flops_per_step")
+TINY_PARAM_BYTES = 959_476  # configs/tiny.py: 239,869 float32 parameters (tests/test_describe.py).
+
+
+def _main(*args, timeout=900):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+  return subprocess.run([sys.executable, "-m", "mural.main", "--config=configs/tiny.py", *args],
+                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_plan_on_eight_fake_devices_prints_a_table_and_json():
+  # 2-way data x 4-way FSDP, every tensor sharded where its axes allow.
+  proc = _main("--mode=plan", "--devices=8", "--config.mesh.data=2", "--config.mesh.fsdp=4",
+               "--config.shard_min_size=0")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  lines = proc.stdout.strip().splitlines()
+  assert lines[0].startswith("Plan: 8 devices, mesh {'data': 2, 'fsdp': 4, 'model': 1}"), lines[0]
+  plan = json.loads(lines[-1])
+  assert set(KEYS) <= set(plan)
+  assert plan["devices"] == 8 and plan["mesh"] == {"data": 2, "fsdp": 4, "model": 1}
+  assert plan["global_batch"] == {"i2t": 8, "t2t": 8} and plan["dtype"] == "float32"
+  # FSDP over 4 devices: each holds between a quarter (all sharded) and all of the parameters.
+  assert TINY_PARAM_BYTES / 4 <= plan["params_bytes_per_device"] < 0.6 * TINY_PARAM_BYTES
+  # Two LAMBs (Adam's two moments each, over the parameters each task trains), sharded alike.
+  assert 2 * plan["params_bytes_per_device"] < plan["opt_state_bytes_per_device"] \
+      <= 4 * plan["params_bytes_per_device"] + 1024
+  # The step's arguments are the sharded state plus this device's batch rows.
+  state = (plan["params_bytes_per_device"] + plan["opt_state_bytes_per_device"]
+           + plan["batch_stats_bytes_per_device"])
+  assert state < plan["argument_bytes_per_device"] < state + 100_000
+  assert plan["total_bytes_per_device"] == (plan["argument_bytes_per_device"] + plan["output_bytes_per_device"]
+                                            - plan["alias_bytes_per_device"] + plan["temp_bytes_per_device"])
+  assert plan["alias_bytes_per_device"] > 0.9 * state  # The donated state is updated in place.
+  assert plan["flops_per_step"] > 1e8 and all(plan["fits"].values())
+
+
+def test_devices_flag_errors_are_one_line():
+  for args, message in ((("--mode=describe", "--devices=8"), "--devices: only for --mode=plan"),
+                        (("--mode=plan", "--devices=0"), "--devices: must be >= 1, got 0")):
+    proc = _main(*args, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].endswith(message), proc.stderr[-2000:]
