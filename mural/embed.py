@@ -42,7 +42,8 @@ class Progress:
 
   def __init__(self, what: str, total: Optional[int], done: int = 0, every_s: float = 5.0):
     self.what, self.total, self.done, self.every_s = what, total, done, every_s
-    self.start, self.first, self.last = time.monotonic(), done, 0.0
+    self.start, self.first = time.monotonic(), done
+    self.last = self.start  # First line after every_s, when the rate means something.
 
   def add(self, n: int, final: bool = False):
     self.done += n
