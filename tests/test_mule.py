@@ -311,6 +311,15 @@ def test_describe_counts_what_trains():
   assert counts["total"] == image + _text_params(c, 1) + classifier
 
 
+class _NoTokenizer:
+  """Tokenizes anything to one padding-free id per text (enough to build eval sets)."""
+
+  def tokenize(self, strings, langs=None):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    n = tf.shape(strings)[0]
+    return tf.zeros([n, 4], tf.int32), tf.ones([n, 4], tf.int32)
+
+
 @pytest.mark.parametrize("name, tasks, branches, classifier", [
     ("parallel_embn", ["mm"], 3, False),
     ("embn", ["mm"], 1, False),
@@ -322,6 +331,8 @@ def test_ablations_are_config_values(name, tasks, branches, classifier):
   c = mule.apply_ablation(tiny_mule_config(), name)
   active = system.active_tasks(mule.SYSTEM, c)
   assert [t.name for t in active] == tasks
+  kinds = [type(e).__name__ for e in mule.evaluators(c, active, _NoTokenizer())] if name == "pretrain" else []
+  assert name != "pretrain" or kinds == ["Translation"]  # LP's pre-training trains no image side.
   params = nn_unbox(describe.param_shapes(c))
   assert params["text_tower"]["lstm_input_kernel"].shape[0] == branches
   assert ("language_classifier" in params) == classifier

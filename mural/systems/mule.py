@@ -264,13 +264,13 @@ def _fasttext_table(config):
 
 
 def evaluators(config, active: Sequence[system.Task], tokenizer):
-  """Image<->sentence retrieval per language and translation retrieval, both with s."""
-  del active
+  """Image<->sentence retrieval per language (when images are trained: not in LP's pre-training)
+  and translation retrieval, both with s."""
   from mural import evaluate  # pylint: disable=g-import-not-at-top
   from mural.data import eval_data  # pylint: disable=g-import-not-at-top
   retrieval, translation = eval_data.build_eval_sets(config, tokenizer)
   out = []
-  if retrieval:
+  if retrieval and any(t.name == "mm" for t in active):
     out.append(evaluate.Retrieval(retrieval, text_head=None, image_head=None))
   if translation:
     out.append(evaluate.Translation(translation, head=None))
