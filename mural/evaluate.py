@@ -7,7 +7,9 @@ scalars and a console table. The maths lives in mural.metrics; this file only
 moves data.
 
   Retrieval:   images and captions per language -> i2t/t2i Recall@1/5/10, mR
-               (and 'mean/mR' over the sets), with the heads the task trained.
+               (and 'mean/mR' over the sets), with the heads the task trained;
+               scored in blocks (metrics.retrieval_metrics_from_embeddings), never
+               the whole texts x images matrix.
   Translation: aligned sentence pairs -> l2r/r2l accuracy, with one text head.
 
 `Embedder` holds the jitted embedding calls, in fixed-size batches (padded
@@ -79,7 +81,7 @@ class Retrieval:
       if id(s.images) not in cache:
         cache[id(s.images)] = embedder.images(variables, s.images, self.image_head)
       texts = embedder.texts(variables, s.text_ids, s.text_mask, self.text_head)
-      scores = metrics.retrieval_metrics(texts @ cache[id(s.images)].T, s.text_to_image)
+      scores = metrics.retrieval_metrics_from_embeddings(texts, cache[id(s.images)], s.text_to_image)
       mrs.append(scores["mR"])
       results.update({f"{s.name}/{k}": float(v) for k, v in scores.items()})
     if mrs:

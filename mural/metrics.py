@@ -69,6 +69,46 @@ def retrieval_metrics(sim: np.ndarray, text_to_image: np.ndarray,
   return out
 
 
+# Similarities held at once by the blockwise functions below (float64: 128 MiB).
+BLOCK_ELEMENTS = 1 << 24
+
+
+def _blocks(total: int, other: int):
+  """Slices of `total` rows whose [rows, other] block stays within BLOCK_ELEMENTS."""
+  step = max(1, BLOCK_ELEMENTS // max(other, 1))
+  return [slice(start, min(start + step, total)) for start in range(0, total, step)]
+
+
+def retrieval_metrics_from_embeddings(texts: np.ndarray, images: np.ndarray, text_to_image: np.ndarray,
+                                      ks: Sequence[int] = RECALL_KS) -> Dict[str, float]:
+  """retrieval_metrics(texts @ images.T, ...) without the [M, N] matrix: the same ranks and ties,
+  computed over blocks of rows (text->image) and of columns (image->text), so a million
+  candidates score in bounded memory. texts [M, D] and images [N, D] as the evaluator gives
+  them (float64)."""
+  texts, images = np.asarray(texts, np.float64), np.asarray(images, np.float64)
+  text_to_image = np.asarray(text_to_image, np.int64)
+  if text_to_image.shape != (texts.shape[0],):
+    raise ValueError(f"text_to_image {text_to_image.shape} does not match {texts.shape[0]} texts")
+  if text_to_image.size and (text_to_image.min() < 0 or text_to_image.max() >= images.shape[0]):
+    raise ValueError(f"text_to_image indices must lie in [0, {images.shape[0]})")
+  t2i = np.concatenate([text_to_image_ranks(texts[rows] @ images.T, text_to_image[rows])
+                        for rows in _blocks(texts.shape[0], images.shape[0])] or [np.zeros(0, np.int64)])
+  i2t = []
+  for cols in _blocks(images.shape[0], texts.shape[0]):
+    sim = texts @ images[cols].T  # [M, block]: every text against these images.
+    inside = (text_to_image >= cols.start) & (text_to_image < cols.stop)
+    local = np.where(inside, text_to_image - cols.start, -1)
+    best = np.full(sim.shape[1], -np.inf)
+    np.maximum.at(best, local[inside], sim[np.flatnonzero(inside), local[inside]])
+    relevant = local[:, None] == np.arange(sim.shape[1])[None, :]
+    ahead = (sim >= best[None, :]) & ~relevant
+    i2t.append(ahead.sum(axis=0)[np.isfinite(best)])
+  out = {f"i2t_R@{k}": r for k, r in _recall_at(np.concatenate(i2t or [np.zeros(0)]), ks).items()}
+  out.update({f"t2i_R@{k}": r for k, r in _recall_at(t2i, ks).items()})
+  out["mR"] = float(np.mean(list(out.values())))
+  return out
+
+
 def translation_accuracy(sim: np.ndarray) -> Dict[str, float]:
   """Translation retrieval: row i's translation is column i; percent found at rank 1.
 

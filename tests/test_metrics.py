@@ -93,3 +93,24 @@ def test_chance_recall_matches_simulation():
   hits = [(rng.permutation(20)[:5] < 2).any() for _ in range(20000)]
   assert metrics.chance_recall(20, 5, num_relevant=2) == pytest.approx(100 * np.mean(hits), abs=1.0)
   assert metrics.chance_recall(100, 1) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("block_elements", [1, 7, 64, 1 << 26])
+def test_blockwise_recalls_equal_the_full_matrix(monkeypatch, block_elements):
+  """Same ranks and ties from blocks of rows / columns as from texts @ images.T (the evaluator's
+  figures), one block down to one row; duplicated images and captions make exact ties."""
+  monkeypatch.setattr(metrics, "BLOCK_ELEMENTS", block_elements)
+  rng = np.random.default_rng(0)
+  images = rng.normal(size=(17, 6))
+  images[5] = images[3]  # Tied candidates.
+  text_to_image = np.concatenate([np.arange(17), rng.integers(0, 17, 12)])
+  text_to_image[text_to_image == 9] = 8  # Image 9 has no caption: left out of i2t.
+  texts = images[text_to_image] + 0.8 * rng.normal(size=(len(text_to_image), 6))
+  texts[-1] = texts[0]  # Tied queries.
+  texts, images = (x / np.linalg.norm(x, axis=1, keepdims=True) for x in (texts, images))
+  want = metrics.retrieval_metrics(texts @ images.T, text_to_image)
+  got = metrics.retrieval_metrics_from_embeddings(texts, images, text_to_image)
+  assert got == want
+  assert 0 < want["mR"] < 100
+  with pytest.raises(ValueError, match="indices must lie in"):
+    metrics.retrieval_metrics_from_embeddings(texts, images[:3], text_to_image)
