@@ -320,6 +320,10 @@ ckpt = checkpointing.Checkpoints(sys.argv[1], 2)
 ckpt.save(7, state, {"k": 0})
 ckpt.wait(); ckpt.close()
 np.savez(sys.argv[1] + "/params.npz", **export.flat(jax.device_get(state.params)))
+# The embedding batches split over the 8 devices (5 rows: padded to 8).
+model = export.load(export.export(config, sys.argv[1], sys.argv[1] + "/export8", saved_model=False), 5)
+assert model.batch_size == 8 and len(model._rows.mesh.devices.flat) == 8
+np.save(sys.argv[1] + "/texts8.npy", model.embed_texts(["hello", "", "ein roter Kreis", "赤い円", "x"]))
 '''
 
 
@@ -339,7 +343,8 @@ def test_checkpoint_of_8_devices_exports_on_1(trained, tmp_path):
   assert sorted(got) == sorted(want.files)
   for name in want.files:
     np.testing.assert_array_equal(got[name], want[name])
-  assert export.load(d).embed_texts(["hello"]).shape == (1, 80)
+  np.testing.assert_allclose(export.load(d).embed_texts(["hello", "", "ein roter Kreis", "赤い円", "x"]),
+                             np.load(tmp_path / "texts8.npy"), atol=1e-5)
 
 
 def test_export_command_line_errors_are_one_line(tmp_path):
