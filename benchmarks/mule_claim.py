@@ -22,6 +22,12 @@ trained here first with configs/demo.py, --backbone_steps steps), as the
 paper's ImageNet ResNet. One word vocabulary, learned by the first run, serves
 all. Prints the per-language mR of the runs and the differences; workdirs
 stay under --workdir.
+
+Measured (2 shared CPU cores, backbone: a configs/demo.py run, 1000 steps):
+  seed 0: sw  PARALLEL-EmbN 17.5, EmbN 31.7, EmbN+NC+LC 50.6, +LP 53.2;
+          rich mean 78.0, 77.2, 78.3, 78.5;
+  seed 1: sw  22.2, 27.7, 43.1; rich mean 78.0, 77.6, 78.5.
+Parameters (describe): MULE 227,720, PARALLEL-EmbN 976,704 (8 languages).
 """
 
 import argparse

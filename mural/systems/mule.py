@@ -31,6 +31,12 @@ Ablations and baselines of the paper (Table 2) are config values (ABLATIONS,
 `apply_ablation`): PARALLEL-EmbN, EmbN, EmbN+NC, EmbN+NC+LC, and LP (MULE's
 pre-training on paired sentences: 'pretrain', then a warm start from it).
 
+Loss weights across tasks: each task has its own Adam state (mural/optim.py),
+which normalises that task's gradient, so lambda_1 (tasks.nc.weight) and
+lambda_3 (tasks.mm.weight) only scale a task against the terms inside it;
+how strongly NC pulls against the triplet loss is set by the two tasks'
+learning rates (equal here, as lambda_1 = lambda_3 = 1 in the paper).
+
 Choices where the paper is silent: margin m = 0.05 (EmbN's and SMALR's);
 AdamW without weight decay and a linear schedule (mural's optimizer; the
 paper: Adam 1e-4, exponential decay, L2 5e-7 on word vectors); the
