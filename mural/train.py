@@ -89,11 +89,12 @@ def make_grad_fn(model, tasks: Sequence[system_lib.Task], accum_steps: int, mesh
         grads[task.name] = jax.tree.map(jnp.zeros_like, params)
         continue
       def task_loss(p, name=task.name):
-        # Under the mesh: a loss may run blockwise over its devices (mural/ring_loss.py).
-        with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
-          losses, aux = system_lib.task_losses(model, run, p, batch_stats, batch, rng)
+        losses, aux = system_lib.task_losses(model, run, p, batch_stats, batch, rng)
         return losses[name], aux
-      (loss, (new_stats, task_metrics)), grads[task.name] = jax.value_and_grad(task_loss, has_aux=True)(params)
+      # Traced under the mesh, forward and backward: a loss may run blockwise over the devices
+      # (mural/ring_loss.py), a gradient loop must split evenly (efficientnet._batch_chunk).
+      with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+        (loss, (new_stats, task_metrics)), grads[task.name] = jax.value_and_grad(task_loss, has_aux=True)(params)
       total = total + loss
       metrics.update(task_metrics)
     return grads, new_stats, {**metrics, "loss": total}

@@ -171,10 +171,21 @@ DEPTHWISE_GRAD_CHUNK_BYTES = 2 << 20
 
 
 def _batch_chunk(x) -> int:
-  """The largest divisor of the batch whose slice of x fits the chunk bytes (>= 1)."""
+  """Examples per step of the loop: a multiple of the batch's shards, the rest fitting the bytes.
+
+  Under jit x is the global batch, split over the devices of the traced mesh
+  (jax.sharding.get_abstract_mesh; the trainer traces its step under it): a
+  step must take the same number of examples from every device, else XLA
+  gathers the whole global batch onto each device to slice it (at 128
+  devices, 128x the activations). The batch's shard count divides both the
+  batch and the mesh size, hence their gcd: steps take a multiple of that.
+  """
+  mesh = jax.sharding.get_abstract_mesh()
+  shards = math.gcd(x.shape[0], 1 if mesh is None or mesh.empty else mesh.size)
+  local = x.shape[0] // shards
   per_example = math.prod(x.shape[1:]) * x.dtype.itemsize
   fit = max(1, DEPTHWISE_GRAD_CHUNK_BYTES // per_example)
-  return max(d for d in range(1, min(fit, x.shape[0]) + 1) if x.shape[0] % d == 0)
+  return shards * max(d for d in range(1, min(fit, local) + 1) if local % d == 0)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
