@@ -158,11 +158,14 @@ HEAVY_FIRST = (
     "test_sharding.py::test_sharded_training_matches_one_device",
     "test_sharding.py",
     "test_checkpointing.py",
+    "test_export.py",
+    "test_mule.py",
     "test_multihost.py::test_two_processes_match_one_process",
     "test_multihost.py",
     "test_system.py::test_toy_system_trains_through_the_public_trainer",
     "test_system.py",
     "test_efficientnet_impl.py",
+    "test_plan.py",
 )
 
 
