@@ -451,3 +451,26 @@ def test_fasttext_vectors_fill_their_words_rows(words_file, tmp_path):
     mule.build_model(config, tasks)
   with pytest.raises(config_lib.ConfigError, match=r"^config\.model\.text\.embeddings_path: needs config\.data"):
     mule.validate(tiny_mule_config(**{"model.text.embeddings_path": "x.vec"}))
+
+
+def test_batches_carry_language_ids_that_match_the_words(words_file):
+  """IMAGE_TEXT_LANG / TEXT_PAIR_LANG: the device language ids are the data.languages indices,
+  and each text's word ids sit in that language's block."""
+  from mural.data import pipeline  # pylint: disable=g-import-not-at-top
+  config = tiny_mule_config(**{"data.word_vocab_path": str(words_file)})
+  tasks = system.active_tasks(mule.SYSTEM, config)
+  tok = vocab.tokenizer(config, tasks, "/nonexistent")
+  it = pipeline.build_train_iterator(config, tasks, tok)
+  batch = next(it)
+  it.close()
+  n = config.model.text.words_per_language
+  mm, nc = batch["mm"], batch["nc"]
+  assert set(mm) == {"image", "text_ids", "text_mask", "lang", "lang_id", "valid"}
+  np.testing.assert_array_equal(mm["lang_id"], mm["lang"])
+  np.testing.assert_array_equal(word_vocab.language_of(mm["text_ids"], n), mm["lang_id"])
+  assert np.all(mm["text_ids"] // n == mm["lang_id"][:, None])  # Every id, padding too, in its block.
+  for side in ("left", "right"):
+    np.testing.assert_array_equal(word_vocab.language_of(nc[f"{side}_ids"], n), nc[f"{side}_lang_id"])
+  assert set(nc["left_lang_id"]) == {0} and set(nc["right_lang_id"]) <= {1, 2}  # en-x pairs.
+  assert set(system.batch_shapes(tasks, config)["nc"]) == {
+      "left_ids", "left_mask", "right_ids", "right_mask", "left_lang_id", "right_lang_id", "valid"}
