@@ -8,6 +8,7 @@ on random inputs. Nothing of the step is re-implemented here.
   .venv/bin/python benchmarks/bench_step.py                      # issue-9 towers, f32, 128 px, batch 128
   .venv/bin/python benchmarks/bench_step.py --conv_impl=xla      # XLA's own convolutions
   .venv/bin/python benchmarks/bench_step.py --dtype=bfloat16     # bf16 compute (params stay f32)
+  .venv/bin/python benchmarks/bench_step.py --remat=full         # recompute each block in the backward
   XLA_FLAGS=--xla_cpu_use_onednn=true .venv/bin/python benchmarks/bench_step.py   # XLA CPU options
   .venv/bin/python benchmarks/bench_step.py --profile=/tmp/step_trace   # + per-op time of one step
   .venv/bin/python benchmarks/bench_step.py --image_size=64 --batch=16 --steps=3 --pipeline_batches=0  # smoke
@@ -96,6 +97,8 @@ def parse_args(argv):
                  help="config.model.dtype: compute dtype of the towers (params stay float32)")
   p.add_argument("--conv_impl", default="auto", choices=["auto", "xla", "fast"],
                  help="config.model.image.conv_impl")
+  p.add_argument("--remat", default="none", choices=["none", "full", "dots"],
+                 help="config.model.image.remat and model.text.remat (mural/models/remat.py)")
   p.add_argument("--optimizer", default="lamb", choices=["lamb", "adamw"],
                  help="lamb (the papers'), or adamw (config.optim.layer_adaptation=False, as open_clip)")
   p.add_argument("--warmup", type=int, default=2, help="untimed steps after compiling")
@@ -118,6 +121,7 @@ def make_config(args):
   im.variant, im.width_coefficient, im.depth_coefficient = args.variant, args.width, args.depth
   im.include_head = not args.no_head_conv
   im.conv_impl = args.conv_impl
+  im.remat = c.model.text.remat = args.remat
   t = c.model.text
   t.vocab_size, t.token_embed_dim, t.hidden_dim = args.vocab, args.text_hidden, args.text_hidden
   t.num_layers, t.num_heads, t.mlp_dim, t.max_len = (args.text_layers, args.text_heads,
