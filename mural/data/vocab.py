@@ -21,16 +21,22 @@ from mural.data import tokenizer as tokenizer_lib
 RECORDS_PER_SOURCE = 10_000
 
 
-def training_texts(config, tasks: Sequence) -> Iterator[str]:
-  """Text fields of the first RECORDS_PER_SOURCE records of each task's sources."""
+def training_records(config, tasks: Sequence) -> Iterator[tuple]:
+  """(task, raw record) for the first RECORDS_PER_SOURCE records of each task's sources."""
   for task in tasks:
     for sc in task.sources:
       ds = task.input.table[sc["name"]](dict(sc), "train", 0, 1, config=config)
       if isinstance(ds, sources.Endless):
         ds = ds.open_at(0)
       for record in ds.take(RECORDS_PER_SOURCE).as_numpy_iterator():
-        for f in task.input.text_fields:
-          yield record[f].decode("utf-8", "replace")
+        yield task, record
+
+
+def training_texts(config, tasks: Sequence) -> Iterator[str]:
+  """Text fields of the first RECORDS_PER_SOURCE records of each task's sources."""
+  for task, record in training_records(config, tasks):
+    for f in task.input.text_fields:
+      yield record[f].decode("utf-8", "replace")
 
 
 def learn(config, tasks: Sequence, workdir: str) -> str:

@@ -34,7 +34,6 @@ from etils import epath
 from tensorflow_text.python.ops.bert_tokenizer import BasicTokenizer
 
 from mural import config_lib
-from mural.data import sources
 from mural.data import tokenizer as wordpiece
 
 PAD, UNK = 0, 1  # Offsets inside each language's block.
@@ -49,20 +48,16 @@ def split_words(texts: tf.Tensor) -> tf.RaggedTensor:
   return _splitter.tokenize(wordpiece.normalize(texts))
 
 
-def training_texts(config, tasks: Sequence, records_per_source: int) -> Iterator[Tuple[str, bytes]]:
-  """(language code, text) of the first records of each task's training sources."""
+def training_texts(config, tasks: Sequence) -> Iterator[Tuple[str, bytes]]:
+  """(language code, text) of the records the wordpiece vocab learns from too (vocab.training_records)."""
+  from mural.data import vocab  # pylint: disable=g-import-not-at-top  (vocab imports this module)
   for task in tasks:
-    pairs = getattr(task.input, "text_langs", ())
-    if not pairs:
+    if not getattr(task.input, "text_langs", ()):
       raise ValueError(f"task {task.name!r}: record kind {task.input.name!r} names no language per "
                        f"text field (text_langs), which a per-language word vocabulary needs")
-    for sc in task.sources:
-      ds = task.input.table[sc["name"]](dict(sc), "train", 0, 1, config=config)
-      if isinstance(ds, sources.Endless):
-        ds = ds.open_at(0)
-      for record in ds.take(records_per_source).as_numpy_iterator():
-        for text_field, lang_field in pairs:
-          yield record[lang_field].decode().strip().lower(), record[text_field]
+  for task, record in vocab.training_records(config, tasks):
+    for text_field, lang_field in task.input.text_langs:
+      yield record[lang_field].decode().strip().lower(), record[text_field]
 
 
 def count_words(texts: Sequence[Tuple[str, bytes]], languages: Sequence[str]) -> Dict[str, collections.Counter]:
@@ -180,7 +175,7 @@ def learn(config, tasks: Sequence, workdir: str) -> str:
   if not path.exists():
     languages = list(config.data.languages)
     logging.info("Learning per-language word vocabularies (%s) into %s.", languages, path)
-    counts = count_words(list(training_texts(config, tasks, vocab.RECORDS_PER_SOURCE)), languages)
+    counts = count_words(list(training_texts(config, tasks)), languages)
     words = choose_words(counts, config.model.text.words_per_language, config.data.word_min_count)
     save(path, languages, words)
     logging.info("Words per language: %s.", {l: len(w) for l, w in words.items()})
