@@ -130,3 +130,94 @@ def language_classifier_loss(logits: jax.Array, labels: jax.Array, mask: Optiona
   loss = jnp.sum(jnp.where(valid, per_row, 0.0)) / count
   right = jnp.argmax(logits, axis=-1) == labels
   return loss, {"accuracy": jnp.sum(jnp.where(valid, right, False)) / count}
+
+
+# ---- Globetrotter (Surís et al. 2022) --------------------------------------------------
+# Every similarity is a cosine rescaled from [-1, 1] to [0, 1] (paper B.1): s = (cos + 1) / 2,
+# then divided by a temperature. A softmax does not see the shift, so a softmax over rescaled
+# similarities at temperature t is the one over cosines at 2t; the targets alpha of L_t do see it.
+
+
+def rescaled_similarity(x: jax.Array, y: jax.Array) -> jax.Array:
+  """[N, D], [M, D] -> [N, M] of (cos(x_i, y_j) + 1) / 2, in [0, 1]."""
+  return (l2_normalize(x) @ l2_normalize(y).T + 1.0) / 2.0
+
+
+def nt_xent_loss(z1: jax.Array, z2: jax.Array, temperature: float, mask: Optional[jax.Array] = None):
+  """SimCLR's NT-Xent (Globetrotter's L_v, Eq. 3) between two views of each of N images.
+
+  The 2N embeddings are the anchors; each one's positive is the other view of
+  its image, its negatives the other 2(N - 1) embeddings (itself excluded from
+  the denominator). Mean over the 2N valid anchors of
+  -log exp(s_ij / t) / sum_{k != i} exp(s_ik / t), s rescaled to [0, 1].
+  Returns (loss, {'accuracy': share of anchors whose top match is their other view}).
+  """
+  n = z1.shape[0]
+  valid = jnp.tile(_valid_mask(n, mask), 2)
+  z = jnp.concatenate([z1, z2], axis=0)
+  logits = rescaled_similarity(z, z) / temperature
+  keep = valid[None, :] & ~jnp.eye(2 * n, dtype=bool)
+  logits = jnp.where(keep, logits, _MASKED_LOGIT)
+  log_probs = jax.nn.log_softmax(logits, axis=-1)
+  partner = jnp.concatenate([jnp.arange(n, 2 * n), jnp.arange(n)])
+  per_row = -jnp.take_along_axis(log_probs, partner[:, None], axis=-1)[:, 0]
+  count = jnp.maximum(jnp.sum(valid), 1)
+  right = jnp.argmax(logits, axis=-1) == partner
+  return (jnp.sum(jnp.where(valid, per_row, 0.0)) / count,
+          {"accuracy": jnp.sum(jnp.where(valid, right, False)) / count})
+
+
+def image_caption_loss(image: jax.Array, text: jax.Array, temperature: float,
+                       mask: Optional[jax.Array] = None):
+  """Globetrotter's L_x (Eq. 4): the in-batch softmax both ways over rescaled similarities at
+  `temperature`, which is `contrastive_loss` (cosines) at 2 * temperature.
+  Returns (L_i2t + L_t2i, {'x2y': ..., 'y2x': ...})."""
+  return contrastive_loss(image, text, 2.0 * temperature, mask)
+
+
+def masked_lm_loss(logits: jax.Array, labels: jax.Array, weights: jax.Array):
+  """Token cloze (BERT's masked LM, Globetrotter's L_c): cross-entropy of the [B, L, V] logits
+  at the positions where weights [B, L] is nonzero, weighted mean over those positions only.
+  Returns (loss, {'accuracy': weighted share of masked tokens predicted right})."""
+  weights = weights.astype(jnp.float32)
+  log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+  nll = -jnp.take_along_axis(log_probs, labels[..., None].astype(jnp.int32), axis=-1)[..., 0]
+  total = jnp.maximum(jnp.sum(weights), 1e-9)
+  right = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
+  return jnp.sum(nll * weights) / total, {"accuracy": jnp.sum(right * weights) / total}
+
+
+def transitive_targets(image: jax.Array, text: jax.Array, margin: float = 0.4) -> jax.Array:
+  """Globetrotter's Eq. 2: alpha_ij = f(a^x_ii * a^v_ij * a^x_jj), f(x) = max(0, x - m) / (1 - m).
+
+  a^x_ii: rescaled similarity of image i and its caption i; a^v_ij: of images
+  i and j. Symmetric, in [0, 1]; a stop-gradient (targets, not a path for
+  L_t to move the image side or the image-caption alignment).
+  """
+  a_x = jnp.diagonal(rescaled_similarity(image, text))
+  a_v = rescaled_similarity(image, image)
+  alpha = jnp.maximum(0.0, a_x[:, None] * a_v * a_x[None, :] - margin) / (1.0 - margin)
+  return jax.lax.stop_gradient(alpha)
+
+
+def transitive_text_loss(text: jax.Array, image: jax.Array, temperature: float, margin: float = 0.4,
+                         mask: Optional[jax.Array] = None):
+  """Globetrotter's L_t (Eq. 1) with the transitive targets of Eq. 2.
+
+  -sum_{j != i} alpha_ij log exp(b_ij / t) / sum_{k != i} exp(b_ik / t), with
+  b the rescaled similarity between captions i and j and alpha
+  `transitive_targets(image, text, margin)` (not normalised per row: a
+  caption with no image-confirmed partner pulls on nothing, as in the paper);
+  mean over valid anchors i; padding rows are neither anchors nor candidates.
+  Returns (loss, {'positive_mass': mean over anchors of sum_j alpha_ij}).
+  """
+  n = text.shape[0]
+  valid = _valid_mask(n, mask)
+  keep = valid[:, None] & valid[None, :] & ~jnp.eye(n, dtype=bool)
+  alpha = jnp.where(keep, transitive_targets(image, text, margin), 0.0)
+  logits = jnp.where(keep, rescaled_similarity(text, text) / temperature, _MASKED_LOGIT)
+  log_probs = jax.nn.log_softmax(logits, axis=-1)
+  per_row = -jnp.sum(alpha * jnp.where(keep, log_probs, 0.0), axis=-1)
+  count = jnp.maximum(jnp.sum(valid), 1)
+  return (jnp.sum(jnp.where(valid, per_row, 0.0)) / count,
+          {"positive_mass": jnp.sum(jnp.where(valid, jnp.sum(alpha, -1), 0.0)) / count})

@@ -1,0 +1,171 @@
+"""Globetrotter (mural/systems/globetrotter.py): losses against NumPy float64, the ResNet tower's
+parameter counts, the evaluators' maths, config errors, a few steps end to end and a bit-exact resume."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from mural import losses
+
+
+# ---- Losses against NumPy float64 ------------------------------------------------------
+
+
+def _np_rescaled(x, y):
+  x = x / np.linalg.norm(x, axis=-1, keepdims=True)
+  y = y / np.linalg.norm(y, axis=-1, keepdims=True)
+  return (x @ y.T + 1.0) / 2.0
+
+
+def _np_log_softmax_except(row, skip):
+  """log softmax over row's entries other than those in `skip` (-inf there)."""
+  row = np.array(row, np.float64)
+  row[list(skip)] = -np.inf
+  m = row[np.isfinite(row)].max()
+  return row - m - np.log(np.sum(np.exp(row[np.isfinite(row)] - m)))
+
+
+def np_nt_xent(z1, z2, t, valid):
+  n = len(z1)
+  z = np.concatenate([z1, z2])
+  v = np.concatenate([valid, valid])
+  s = _np_rescaled(z, z) / t
+  total, count = 0.0, 0
+  for i in range(2 * n):
+    if not v[i]:
+      continue
+    partner = (i + n) % (2 * n)
+    lp = _np_log_softmax_except(s[i], [i] + [k for k in range(2 * n) if not v[k]])
+    total -= lp[partner]
+    count += 1
+  return total / count
+
+
+def np_info_nce(img, txt, t, valid):
+  s = _np_rescaled(img, txt) / t
+  out = 0.0
+  for mat in (s, s.T):
+    rows = [i for i in range(len(s)) if valid[i]]
+    out += np.mean([-_np_log_softmax_except(mat[i], [k for k in range(len(s)) if not valid[k]])[i]
+                    for i in rows])
+  return out
+
+
+def np_transitive(txt, img, t, m, valid):
+  n = len(txt)
+  a_x = np.diag(_np_rescaled(img, txt))
+  a_v = _np_rescaled(img, img)
+  b = _np_rescaled(txt, txt) / t
+  total, count = 0.0, 0
+  for i in range(n):
+    if not valid[i]:
+      continue
+    lp = _np_log_softmax_except(b[i], [i] + [k for k in range(n) if not valid[k]])
+    for j in range(n):
+      if j != i and valid[j]:
+        alpha = max(0.0, a_x[i] * a_v[i, j] * a_x[j] - m) / (1 - m)
+        total -= alpha * lp[j]
+    count += 1
+  return total / count
+
+
+def _numeric_grad(f, x, eps=1e-6):
+  g = np.zeros_like(x)
+  for idx in np.ndindex(*x.shape):
+    d = np.zeros_like(x)
+    d[idx] = eps
+    g[idx] = (f(x + d) - f(x - d)) / (2 * eps)
+  return g
+
+
+def _inputs(seed=0, n=6, d=5):
+  rng = np.random.default_rng(seed)
+  return rng.normal(size=(n, d)), rng.normal(size=(n, d)), np.array([1, 1, 1, 1, 1, 0], bool)[:n]
+
+
+def test_nt_xent_matches_numpy_values_and_gradients():
+  z1, z2, valid = _inputs(1)
+  t = 0.1
+  got, _ = losses.nt_xent_loss(jnp.asarray(z1, jnp.float32), jnp.asarray(z2, jnp.float32), t, valid)
+  np.testing.assert_allclose(got, np_nt_xent(z1, z2, t, valid), rtol=1e-5)
+  g = jax.grad(lambda a: losses.nt_xent_loss(a, jnp.asarray(z2, jnp.float32), t, valid)[0])(
+      jnp.asarray(z1, jnp.float32))
+  np.testing.assert_allclose(g, _numeric_grad(lambda a: np_nt_xent(a, z2, t, valid), z1), atol=2e-4)
+  assert np.all(np.asarray(g)[~valid] == 0)  # Padding rows get no gradient.
+
+
+def test_image_caption_loss_is_infonce_on_rescaled_similarities():
+  img, txt, valid = _inputs(2)
+  t = 0.1
+  got, _ = losses.image_caption_loss(jnp.asarray(img, jnp.float32), jnp.asarray(txt, jnp.float32), t, valid)
+  np.testing.assert_allclose(got, np_info_nce(img, txt, t, valid), rtol=1e-5)
+  g = jax.grad(lambda a: losses.image_caption_loss(jnp.asarray(img, jnp.float32), a, t, valid)[0])(
+      jnp.asarray(txt, jnp.float32))
+  np.testing.assert_allclose(g, _numeric_grad(lambda a: np_info_nce(img, a, t, valid), txt), atol=2e-4)
+
+
+def test_masked_lm_loss_counts_masked_positions_only():
+  rng = np.random.default_rng(3)
+  logits = rng.normal(size=(2, 4, 7))
+  labels = rng.integers(0, 7, size=(2, 4))
+  weights = np.array([[1, 0, 1, 0], [0, 0, 1, 0]], np.float32)
+  lp = logits - np.log(np.sum(np.exp(logits), -1, keepdims=True))
+  want = -np.sum([lp[b, l, labels[b, l]] for b, l in zip(*np.nonzero(weights))]) / 3
+  got, metrics = losses.masked_lm_loss(jnp.asarray(logits, jnp.float32), labels, weights)
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+  # An unmasked position's logits get no gradient; changing its label changes nothing.
+  g = jax.grad(lambda x: losses.masked_lm_loss(x, labels, weights)[0])(jnp.asarray(logits, jnp.float32))
+  assert np.all(np.asarray(g)[weights == 0] == 0) and np.all(np.abs(np.asarray(g)[weights > 0]).sum(-1) > 0)
+  want_acc = np.mean([np.argmax(logits[b, l]) == labels[b, l] for b, l in zip(*np.nonzero(weights))])
+  np.testing.assert_allclose(metrics["accuracy"], want_acc)
+
+
+def test_transitive_targets_follow_eq2():
+  img = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+  txt = np.array([[1.0, 0.0], [1.0, 0.0], [-1.0, 0.0]])
+  alpha = np.asarray(losses.transitive_targets(jnp.asarray(img), jnp.asarray(txt), 0.4))
+  # Images 0, 1 identical, captions matching them exactly: a = 1 -> f(1) = 1.
+  np.testing.assert_allclose(alpha[0, 1], 1.0, rtol=1e-6)
+  # Image 2 is orthogonal to 0 (a^v = 0.5) and its caption opposite to it (a^x_22 = 0.5):
+  # 1 * 0.5 * 0.5 = 0.25 < m -> 0.
+  assert alpha[0, 2] == 0 and alpha[2, 1] == 0
+  np.testing.assert_allclose(alpha, alpha.T)
+  # 0.8 -> (0.8 - 0.4) / 0.6.
+  txt2 = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+  img2 = np.array([[1.0, 0.0], [0.6, 0.8], [0.0, 1.0]])  # cos(img0, img1) = 0.6 -> a^v = 0.8.
+  a = np.asarray(losses.transitive_targets(jnp.asarray(img2), jnp.asarray(txt2), 0.4))
+  a_x1 = (0.6 + 1) / 2
+  np.testing.assert_allclose(a[0, 1], max(0, 1.0 * 0.8 * a_x1 - 0.4) / 0.6, rtol=1e-6)
+
+
+def test_transitive_text_loss_matches_numpy_and_targets_are_stop_gradient():
+  rng = np.random.default_rng(4)
+  base = rng.normal(size=(3, 5))
+  img = np.concatenate([base, base + 0.1 * rng.normal(size=(3, 5))])  # Pairs of look-alike images.
+  txt = img + 0.3 * rng.normal(size=(6, 5))
+  valid = np.array([1, 1, 1, 1, 0, 1], bool)
+  t, m = 0.1, 0.4
+  got, _ = losses.transitive_text_loss(jnp.asarray(txt, jnp.float32), jnp.asarray(img, jnp.float32), t, m, valid)
+  want = np_transitive(txt, img, t, m, valid)
+  assert want > 0  # Some transitive positives exist.
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+  # Gradient w.r.t. the captions with the targets held fixed (NumPy: alpha from the unmoved txt).
+  def np_fixed_alpha(a):
+    n = len(a)
+    ax = np.diag(_np_rescaled(img, txt))
+    av = _np_rescaled(img, img)
+    b = _np_rescaled(a, a) / t
+    total = 0.0
+    for i in range(n):
+      if valid[i]:
+        lp = _np_log_softmax_except(b[i], [i] + [k for k in range(n) if not valid[k]])
+        total -= sum(max(0, ax[i] * av[i, j] * ax[j] - m) / (1 - m) * lp[j]
+                     for j in range(n) if j != i and valid[j])
+    return total / valid.sum()
+  g = jax.grad(lambda a: losses.transitive_text_loss(a, jnp.asarray(img, jnp.float32), t, m, valid)[0])(
+      jnp.asarray(txt, jnp.float32))
+  np.testing.assert_allclose(g, _numeric_grad(np_fixed_alpha, txt), atol=2e-4)
+  g_img = jax.grad(lambda b: losses.transitive_text_loss(jnp.asarray(txt, jnp.float32), b, t, m, valid)[0])(
+      jnp.asarray(img, jnp.float32))
+  assert np.all(np.asarray(g_img) == 0)
