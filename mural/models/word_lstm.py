@@ -83,39 +83,49 @@ class WordLstmTower(nn.Module):
 
     # The LSTM and the FC to the multimodal space: one branch, or one per language.
     g = 1 if self.branches == "shared" else self.num_languages
-    branch = lang if g > 1 else jnp.zeros_like(lang)
-    h = self.lstm_dim
-    w_in = _param(self, "lstm_input_kernel", nn.initializers.lecun_normal(batch_axis=(0,)),
-                  ("branch", "embed", "mlp"), (g, self.mule_dim, 4 * h), self.param_dtype)
-    w_rec = _param(self, "lstm_recurrent_kernel", nn.initializers.orthogonal(column_axis=-1),
-                   ("branch", "kv", "mlp"), (g, h, 4 * h), self.param_dtype)
-    # Gate order i, f, g, o; forget-gate bias 1 (Jozefowicz et al. 2015).
-    b_lstm = _param(self, "lstm_bias",
-                    lambda _, shape, dtype: jnp.zeros(shape, dtype).at[:, h:2 * h].set(1.0),
-                    ("branch", "mlp"), (g, 4 * h), self.param_dtype)
-    x_proj = grouped_matmul(mule.reshape(b * t, -1), jnp.repeat(branch, t), w_in.astype(self.dtype))
-    x_proj = x_proj.reshape(b, t, 4 * h) + b_lstm[branch][:, None].astype(self.dtype)
-    w_rec = w_rec.astype(self.dtype)
-
-    def step(carry, inputs):
-      c, hid = carry
-      z_x, m = inputs
-      z = z_x + grouped_matmul(hid, branch, w_rec)
-      i, f, gg, o = jnp.split(z.astype(jnp.float32), 4, axis=-1)
-      c_new = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(gg)
-      h_new = (jax.nn.sigmoid(o) * jnp.tanh(c_new)).astype(self.dtype)
-      keep = m[:, None] > 0  # Past the sentence's end the state stays: the last word's state.
-      return (jnp.where(keep, c_new, c), jnp.where(keep, h_new, hid)), None
-
-    init = (jnp.zeros((b, h), jnp.float32), jnp.zeros((b, h), self.dtype))
-    (_, last), _ = jax.lax.scan(step, init, (x_proj.swapaxes(0, 1), mask.swapaxes(0, 1)))
-
-    w_out = _param(self, "out_kernel", nn.initializers.lecun_normal(batch_axis=(0,)),
-                   ("branch", "mlp", "proj"), (g, h, self.output_dim), self.param_dtype)
-    b_out = _param(self, "out_bias", nn.initializers.zeros, ("branch", "proj"), (g, self.output_dim),
-                   self.param_dtype)
-    s = grouped_matmul(last, branch, w_out.astype(self.dtype)) + b_out[branch].astype(self.dtype)
+    s = sentence_lstm(self, mule, mask, lang if g > 1 else jnp.zeros_like(lang), g, self.lstm_dim,
+                      self.output_dim, self.dtype, self.param_dtype)
     return s, {"mule": u, "lang": lang}
+
+
+def sentence_lstm(module: nn.Module, features, mask, branch, g: int, lstm_dim: int, output_dim: int,
+                  dtype=jnp.float32, param_dtype=jnp.float32):
+  """LSTM over features [B, T, D] (masks respected), its hidden state at the last word -> FC:
+  [B, output_dim]. Its parameters live in `module` (stacked [g, ...]; row r uses branch[r]).
+  The sentence half of WordLstmTower; SMALR's hybrid-embedding tower shares it."""
+  b, t = mask.shape
+  h = lstm_dim
+  w_in = _param(module, "lstm_input_kernel", nn.initializers.lecun_normal(batch_axis=(0,)),
+                ("branch", "embed", "mlp"), (g, features.shape[-1], 4 * h), param_dtype)
+  w_rec = _param(module, "lstm_recurrent_kernel", nn.initializers.orthogonal(column_axis=-1),
+                 ("branch", "kv", "mlp"), (g, h, 4 * h), param_dtype)
+  # Gate order i, f, g, o; forget-gate bias 1 (Jozefowicz et al. 2015).
+  b_lstm = _param(module, "lstm_bias",
+                  lambda _, shape, dtype: jnp.zeros(shape, dtype).at[:, h:2 * h].set(1.0),
+                  ("branch", "mlp"), (g, 4 * h), param_dtype)
+  x_proj = grouped_matmul(features.reshape(b * t, -1), jnp.repeat(branch, t), w_in.astype(dtype))
+  x_proj = x_proj.reshape(b, t, 4 * h) + b_lstm[branch][:, None].astype(dtype)
+  w_rec = w_rec.astype(dtype)
+
+  def step(carry, inputs):
+    c, hid = carry
+    z_x, m = inputs
+    z = z_x + grouped_matmul(hid, branch, w_rec)
+    i, f, gg, o = jnp.split(z.astype(jnp.float32), 4, axis=-1)
+    c_new = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(gg)
+    h_new = (jax.nn.sigmoid(o) * jnp.tanh(c_new)).astype(dtype)
+    keep = m[:, None] > 0  # Past the sentence's end the state stays: the last word's state.
+    return (jnp.where(keep, c_new, c), jnp.where(keep, h_new, hid)), None
+
+  init = (jnp.zeros((b, h), jnp.float32), jnp.zeros((b, h), dtype))
+  (_, last), _ = jax.lax.scan(step, init, (x_proj.swapaxes(0, 1), mask.swapaxes(0, 1)))
+
+  w_out = _param(module, "out_kernel", nn.initializers.lecun_normal(batch_axis=(0,)),
+                 ("branch", "mlp", "proj"), (g, h, output_dim), param_dtype)
+  b_out = _param(module, "out_bias", nn.initializers.zeros, ("branch", "proj"), (g, output_dim),
+                 param_dtype)
+  s = grouped_matmul(last, branch, w_out.astype(dtype)) + b_out[branch].astype(dtype)
+  return s
 
 
 def load_fasttext(path_pattern: str, languages: Sequence[str], words: dict, words_per_language: int,
