@@ -116,6 +116,66 @@ def top_k_triplet_loss(x: jax.Array, y: jax.Array, margin: float, k: int = 10,
   return x2y + y2x, {"x2y": x2y, "y2x": y2x}
 
 
+# ---- SMALR (Burns et al. 2020) -----------------------------------------------------
+
+
+def _safe_norm(x: jax.Array) -> jax.Array:
+  """Euclidean norm over the last axis with gradient 0 (not NaN) at the zero vector."""
+  sq = jnp.sum(x * x, axis=-1)
+  positive = sq > 0
+  return jnp.where(positive, jnp.sqrt(jnp.where(positive, sq, 1.0)), 0.0)
+
+
+def masked_reconstruction_loss(masked: jax.Array, predicted: jax.Array, full: jax.Array,
+                               mask: Optional[jax.Array] = None):
+  """One sentence's term of SMALR's L_mask (Eq. 2): ||l2(S^m + S') - l2(S)||, mean over valid rows.
+
+  masked: S^m [B, D], the masked sentence's representation; predicted: S' [B, D], what the
+  shared FC predicts is missing from it; full: S [B, D], the unmasked sentence. The norm
+  is the plain (not squared) Euclidean one, as the paper writes it. L_mask of a pair
+  (i, j) is this for i plus this for j. Returns the float32 scalar.
+  """
+  valid = _valid_mask(masked.shape[0], mask)
+  rebuilt = l2_normalize(masked.astype(jnp.float32) + predicted.astype(jnp.float32))
+  per_row = _safe_norm(rebuilt - l2_normalize(full))
+  return jnp.sum(jnp.where(valid, per_row, 0.0)) / jnp.maximum(jnp.sum(valid), 1)
+
+
+def score_triplet_loss(scores: jax.Array, text_to_image: jax.Array, margin: float, k: int = 10,
+                       sentence_weight: float = 1.5, mask: Optional[jax.Array] = None):
+  """SMALR's L_mm (Eq. 3) on a [M texts, N images] matrix of scores (higher = closer).
+
+  Distances are -scores (for cosines, d = 1 - cos up to the constant). Each valid
+  text m and its image t(m) are a positive pair. Sentence anchors: the hinges
+  max(0, m + S[m, j] - S[m, t(m)]) over images j != t(m); image anchors (one per
+  pair): max(0, m + S[n, t(m)] - S[m, t(m)]) over valid texts n of other images.
+  Each anchor averages its K largest hinges (missing ones count 0), anchors are
+  averaged, and L = image-anchor term + sentence_weight * sentence-anchor term
+  (lambda_1 = 1.5). With one text per image in image order this is
+  top_k_triplet_loss's two terms on distances -S. CLC-C trains on it.
+  Returns (loss, {'i2s': image-anchor term, 's2i': sentence-anchor term}).
+  """
+  scores = scores.astype(jnp.float32)
+  m, n = scores.shape
+  valid = _valid_mask(m, mask)
+  t = text_to_image.astype(jnp.int32)
+  positive = jnp.take_along_axis(scores, t[:, None], axis=1)  # [M, 1]
+  other_image = jnp.arange(n)[None, :] != t[:, None]
+  s2i_hinge = jnp.where(other_image, jnp.maximum(0.0, margin + scores - positive), 0.0)
+  column = scores[:, t].T  # [M pairs, M texts]: text n's score with pair m's image.
+  other_text = (t[None, :] != t[:, None]) & valid[None, :]
+  i2s_hinge = jnp.where(other_text, jnp.maximum(0.0, margin + column - positive), 0.0)
+
+  def term(hinge, count):
+    kk = min(k, max(count, 1))
+    per_anchor = jnp.mean(jax.lax.top_k(hinge, kk)[0], axis=-1)
+    return jnp.sum(jnp.where(valid, per_anchor, 0.0)) / jnp.maximum(jnp.sum(valid), 1)
+
+  s2i = term(s2i_hinge, n - 1)
+  i2s = term(i2s_hinge, m - 1)
+  return i2s + sentence_weight * s2i, {"i2s": i2s, "s2i": s2i}
+
+
 def language_classifier_loss(logits: jax.Array, labels: jax.Array, mask: Optional[jax.Array] = None):
   """Cross-entropy of a language classifier (MULE's Eq. 2), mean over valid rows.
 
@@ -221,3 +281,27 @@ def transitive_text_loss(text: jax.Array, image: jax.Array, temperature: float, 
   count = jnp.maximum(jnp.sum(valid), 1)
   return (jnp.sum(jnp.where(valid, per_row, 0.0)) / count,
           {"positive_mass": jnp.sum(jnp.where(valid, jnp.sum(alpha, -1), 0.0)) / count})
+
+
+def max_hinge_loss(x: jax.Array, y: jax.Array, margin: float, mask: Optional[jax.Array] = None):
+  """VSE++'s max of hinges (Faghri et al. 2017; Kádár et al. 2018): the hardest negative only.
+
+  Row i of x and row i of y are a positive pair; s = cosine similarity. For
+  each anchor x_i the largest hinge max(0, margin - s(x_i, y_i) + s(x_i, y_j))
+  over the valid negatives j != i, and the same with y as anchors; each
+  direction averaged over the valid anchors (VSE++'s code sums over the batch:
+  the same up to the constant batch size, which Adam's normalisation removes).
+  A batch with no valid negative gives 0. Returns (L_x2y + L_y2x, {'x2y', 'y2x'}).
+  """
+  valid = _valid_mask(x.shape[0], mask)
+  sim = l2_normalize(x) @ l2_normalize(y).T
+  n = sim.shape[0]
+  negative = valid[None, :] & ~jnp.eye(n, dtype=bool)
+  count = jnp.maximum(jnp.sum(valid), 1)
+
+  def one_way(s):
+    hinge = jnp.where(negative, jnp.maximum(0.0, margin - jnp.diagonal(s)[:, None] + s), 0.0)
+    return jnp.sum(jnp.where(valid, jnp.max(hinge, axis=-1), 0.0)) / count
+
+  x2y, y2x = one_way(sim), one_way(sim.T)
+  return x2y + y2x, {"x2y": x2y, "y2x": y2x}
