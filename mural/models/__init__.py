@@ -33,11 +33,13 @@ from mural.models import bert
 from mural.models import efficientnet
 from mural.models import feature_tower
 from mural.models import heads
+from mural.models import resnet
 from mural.models import word_lstm
 from mural.models.dual_encoder import DualEncoder
 
 IMAGE_TOWERS = {
     "efficientnet": efficientnet.from_config,
+    "resnet": resnet.from_config,  # ResNet-18/50 (Globetrotter): config.model.image.depth, width.
     # Frozen backbone (one of the above) + two trained FC layers (MULE, SMALR).
     "features": functools.partial(feature_tower.from_config,
                                   backbones={"efficientnet": efficientnet.from_config}),
