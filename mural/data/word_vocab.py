@@ -18,6 +18,13 @@ A word seen fewer than config.data.word_min_count times in its language's
 training text, or beyond the N - 2 most frequent, is unknown (MULE used FastText
 vocabularies; Kádár et al.: fewer than 4 times -> UNK).
 
+config.data.word_vocab_union = True gives ONE block for every language instead
+(Kádár et al.: "a single word embedding matrix containing the union of all
+words in all considered languages"): ids [0, N), a word's count is summed
+over the languages, and a word spelt the same in two languages is one row.
+The file then holds one word list under the key UNION, and the tokenizer needs
+no language index.
+
 The text comes from every active task's training sources (the record kind's
 `text_langs`: which language field names each text field's language), up to
 vocab.RECORDS_PER_SOURCE records each; process 0 writes workdir/words.json.
@@ -39,6 +46,7 @@ from mural.data import tokenizer as wordpiece
 PAD, UNK = 0, 1  # Offsets inside each language's block.
 FIRST_WORD = 2
 FILE_NAME = "words.json"
+UNION = "*"  # The one block's key in a union vocabulary's file.
 
 _splitter = BasicTokenizer(lower_case=False, keep_whitespace=False, normalization_form=None)
 
@@ -81,50 +89,67 @@ def choose_words(counts: Dict[str, collections.Counter], words_per_language: int
           [:words_per_language - FIRST_WORD] for lang, c in counts.items()}
 
 
+def union_counts(counts: Dict[str, collections.Counter]) -> Dict[str, collections.Counter]:
+  """{UNION: every language's counts summed} (one block for all languages)."""
+  return {UNION: sum(counts.values(), collections.Counter())}
+
+
 def save(path, languages: Sequence[str], words: Dict[str, list]) -> None:
+  """words: lang -> its words, or {UNION: words} for a union vocabulary."""
   path = epath.Path(path)
   path.parent.mkdir(parents=True, exist_ok=True)
   tmp = path.parent / (path.name + ".tmp")
-  tmp.write_text(json.dumps({"languages": list(languages), "words": {l: words[l] for l in languages}},
-                            ensure_ascii=False, indent=0))
+  union = set(words) == {UNION}
+  data = {"languages": list(languages), "union": union,
+          "words": words if union else {l: words[l] for l in languages}}
+  tmp.write_text(json.dumps(data, ensure_ascii=False, indent=0))
   tmp.rename(path)
 
 
 class WordTokenizer:
   """(texts, language indices) -> fixed-length (ids, mask) in the block layout; usable in tf.data."""
 
-  def __init__(self, path: str, languages: Sequence[str], words_per_language: int, max_len: int):
+  def __init__(self, path: str, languages: Sequence[str], words_per_language: int, max_len: int,
+               union: bool = False):
     data = json.loads(epath.Path(path).read_text())
     if list(data["languages"]) != list(languages):
       raise config_lib.ConfigError(
           f"config.data.languages: {list(languages)} differs from the languages of the word vocabulary "
           f"{path} ({data['languages']}); use a new workdir")
+    if bool(data.get("union", False)) != union:
+      raise config_lib.ConfigError(
+          f"config.data.word_vocab_union: {union}, but the word vocabulary {path} is "
+          f"{'a union' if data.get('union') else 'per language'}; use a new workdir")
     n = words_per_language
-    self.vocab_path, self.max_len, self.words_per_language = str(path), max_len, n
+    self.vocab_path, self.max_len, self.words_per_language, self.union = str(path), max_len, n, union
     self.languages = list(languages)
-    self.words = {l: list(data["words"][l]) for l in self.languages}
+    blocks = [UNION] if union else self.languages  # Block b owns ids [b*N, (b+1)*N).
+    self.words = {l: list(data["words"][l]) for l in blocks}
     too_many = {l: len(w) for l, w in self.words.items() if len(w) > n - FIRST_WORD}
     if too_many:
       raise config_lib.ConfigError(
           f"config.model.text.words_per_language: {n} rows hold {n - FIRST_WORD} words, the vocabulary "
           f"{path} has {too_many}")
     keys, ids = [], []
-    for l, lang in enumerate(self.languages):
+    for l, lang in enumerate(blocks):
       keys += [f"{lang}\t{w}" for w in self.words[lang]]
       ids += [l * n + FIRST_WORD + k for k in range(len(self.words[lang]))]
-    self._codes = tf.constant(self.languages)
+    self._codes = tf.constant(blocks)
     init = tf.lookup.KeyValueTensorInitializer(tf.constant(keys, tf.string), tf.constant(ids, tf.int64))
     self._table = tf.lookup.StaticHashTable(init, default_value=-1)
 
   @property
   def vocab_size(self) -> int:
-    return len(self.languages) * self.words_per_language
+    return len(self.words) * self.words_per_language
 
   def tokenize(self, strings: tf.Tensor, langs: Optional[tf.Tensor] = None):
-    """[N] strings, [N] int language indices -> (ids int32 [N, max_len], mask int32 [N, max_len])."""
-    if langs is None:
-      raise ValueError("WordTokenizer.tokenize needs each text's language index (langs=)")
+    """[N] strings, [N] int language indices (ignored by a union vocabulary, which needs none)
+    -> (ids int32 [N, max_len], mask int32 [N, max_len])."""
     strings = tf.convert_to_tensor(strings, tf.string)
+    if self.union:
+      langs = tf.zeros(tf.shape(strings), tf.int64)  # Every text reads the one block.
+    elif langs is None:
+      raise ValueError("WordTokenizer.tokenize needs each text's language index (langs=)")
     langs = tf.cast(tf.convert_to_tensor(langs), tf.int64)
     scalar = strings.shape.rank == 0
     if scalar:
@@ -151,11 +176,12 @@ def tokenizer(config, tasks: Sequence, workdir: str, learn_missing: bool = True)
   import jax  # pylint: disable=g-import-not-at-top
   from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
   t = config.model.text
+  union = bool(config.data.get("word_vocab_union", False))
   given = config.data.get("word_vocab_path", "")
   if given:  # E.g. the pre-training run's, so a warm start keeps every word's row.
     if not epath.Path(given).exists():
       raise FileNotFoundError(f"config.data.word_vocab_path: {given} does not exist")
-    return WordTokenizer(given, config.data.languages, t.words_per_language, t.max_len)
+    return WordTokenizer(given, config.data.languages, t.words_per_language, t.max_len, union)
   path = epath.Path(workdir) / FILE_NAME
   if not path.exists() and not learn_missing:
     raise FileNotFoundError(f"{path} does not exist: the word vocabulary is learned by --mode=train")
@@ -163,7 +189,7 @@ def tokenizer(config, tasks: Sequence, workdir: str, learn_missing: bool = True)
     learn(config, tasks, workdir)
   if jax.process_count() > 1:
     multihost_utils.sync_global_devices("mural_word_vocab")
-  return WordTokenizer(str(path), config.data.languages, t.words_per_language, t.max_len)
+  return WordTokenizer(str(path), config.data.languages, t.words_per_language, t.max_len, union)
 
 
 def learn(config, tasks: Sequence, workdir: str) -> str:
@@ -174,8 +200,10 @@ def learn(config, tasks: Sequence, workdir: str) -> str:
   path = epath.Path(workdir) / FILE_NAME
   if not path.exists():
     languages = list(config.data.languages)
-    logging.info("Learning per-language word vocabularies (%s) into %s.", languages, path)
+    logging.info("Learning word vocabularies (%s) into %s.", languages, path)
     counts = count_words(list(training_texts(config, tasks)), languages)
+    if config.data.get("word_vocab_union", False):
+      counts = union_counts(counts)
     words = choose_words(counts, config.model.text.words_per_language, config.data.word_min_count)
     save(path, languages, words)
     logging.info("Words per language: %s.", {l: len(w) for l, w in words.items()})
