@@ -10,6 +10,13 @@
   -> FC to output_dim (512): s, the multimodal sentence embedding.
 Returns (s, {'mule': u, 'lang': language index [B]}).
 
+Kádár et al. (2018) is the same tower with three switches: `cell='gru'` (a
+flax.linen.GRUCell run by nn.RNN; its state at each sentence's true length),
+`lang_fc=False` (the word vectors go straight into the RNN; with a union
+vocabulary there is one block, so u is the mean word vector) and
+`output_fc=False` (the RNN's last state is the embedding: output_dim =
+lstm_dim, the RNN's width for either cell).
+
 `branches`: 'shared' is MULE (one LSTM and FC for every language);
 'per_language' is PARALLEL-EmbN (Gella et al. 2017 as adapted in MULE: each
 language its own LSTM and FC). Per-language weights are stacked [L, ...] and
@@ -33,6 +40,7 @@ from mural import config_lib
 from mural.models.multilingual import grouped_matmul
 
 BRANCHES = ("shared", "per_language")
+CELLS = ("lstm", "gru")
 
 
 def _param(module, name, init, names, shape, dtype):
@@ -48,6 +56,9 @@ class WordLstmTower(nn.Module):
   lstm_dim: int = 1024
   output_dim: int = 512
   branches: str = "shared"
+  cell: str = "lstm"  # lstm | gru (shared branch only).
+  lang_fc: bool = True  # False: no per-language FC; the words feed the RNN (mule_dim unused).
+  output_fc: bool = True  # False: s is the RNN's last state (output_dim must equal lstm_dim).
   word_init: Optional[np.ndarray] = None  # [L * N, word_dim] initial table (FastText), or None.
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
@@ -68,6 +79,11 @@ class WordLstmTower(nn.Module):
     table = _param(self, "token_embed", table_init, ("vocab", "token_embed"), (rows, self.word_dim),
                    self.param_dtype)
     words = jnp.take(table, ids, axis=0).astype(self.dtype)
+    weights = mask.astype(jnp.float32)[..., None]
+    mean = lambda x: jnp.sum(x.astype(jnp.float32) * weights, 1) / jnp.maximum(jnp.sum(weights, 1), 1.0)
+    if not self.lang_fc:
+      return sentence_gru(self, words, mask, self.lstm_dim, self.output_dim if self.output_fc else 0,
+                          self.dtype, self.param_dtype), {"mule": mean(words), "lang": lang}
 
     # Each language's own FC into the MULE space.
     kernel = _param(self, "lang_fc_kernel", nn.initializers.lecun_normal(batch_axis=(0,)),
@@ -78,14 +94,36 @@ class WordLstmTower(nn.Module):
     token_lang = jnp.repeat(lang, t)
     mule = grouped_matmul(words.reshape(b * t, -1), token_lang, kernel.astype(self.dtype))
     mule = mule.reshape(b, t, -1) + bias[lang][:, None].astype(self.dtype)
-    weights = mask.astype(jnp.float32)[..., None]
-    u = jnp.sum(mule.astype(jnp.float32) * weights, 1) / jnp.maximum(jnp.sum(weights, 1), 1.0)
+    u = mean(mule)
+    if self.cell == "gru":
+      return sentence_gru(self, mule, mask, self.lstm_dim, self.output_dim if self.output_fc else 0,
+                          self.dtype, self.param_dtype), {"mule": u, "lang": lang}
 
     # The LSTM and the FC to the multimodal space: one branch, or one per language.
     g = 1 if self.branches == "shared" else self.num_languages
     s = sentence_lstm(self, mule, mask, lang if g > 1 else jnp.zeros_like(lang), g, self.lstm_dim,
                       self.output_dim, self.dtype, self.param_dtype)
     return s, {"mule": u, "lang": lang}
+
+
+def sentence_gru(module: nn.Module, features, mask, gru_dim: int, output_dim: int = 0,
+                 dtype=jnp.float32, param_dtype=jnp.float32):
+  """flax.linen.GRUCell over features [B, T, D], its state at each row's last word (nn.RNN's
+  seq_lengths: past a row's length its carry stays) -> FC to output_dim, or the state itself when
+  output_dim is 0 (Kádár et al.: the GRU's final state is the sentence). Submodules of `module`:
+  'gru', the cell (PyTorch's GRU gates: ir/iz/in with bias, hr/hz without, hn with) and 'out'."""
+  cell = nn.GRUCell(
+      gru_dim, dtype=dtype, param_dtype=param_dtype, name="gru",
+      kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(), ("embed", "mlp")),
+      recurrent_kernel_init=nn.with_logical_partitioning(nn.initializers.orthogonal(), ("kv", "mlp")),
+      bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("mlp",)))
+  del module  # The submodules below attach to the module whose compact method is running.
+  last, _ = nn.RNN(cell, return_carry=True)(features, seq_lengths=jnp.sum(mask, -1))
+  if output_dim:
+    last = nn.Dense(output_dim, dtype=dtype, param_dtype=param_dtype, name="out",
+                    kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(), ("mlp", "proj")),
+                    bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("proj",)))(last)
+  return last
 
 
 def sentence_lstm(module: nn.Module, features, mask, branch, g: int, lstm_dim: int, output_dim: int,
@@ -171,7 +209,20 @@ def from_config(text_config, dtype, param_dtype) -> WordLstmTower:
   t = text_config
   if t.branches not in BRANCHES:
     raise config_lib.ConfigError(f"config.model.text.branches: {t.branches!r} not in {BRANCHES}")
+  cell, lang_fc, output_fc = t.get("cell", "lstm"), bool(t.get("lang_fc", True)), bool(t.get("output_fc", True))
+  if cell not in CELLS:
+    raise config_lib.ConfigError(f"config.model.text.cell: {cell!r} not in {CELLS}")
+  if cell == "gru" and t.branches != "shared":
+    raise config_lib.ConfigError(f"config.model.text.branches: {t.branches!r} needs cell 'lstm' (a GRU is shared)")
+  if not lang_fc and cell != "gru":
+    raise config_lib.ConfigError("config.model.text.lang_fc: False needs config.model.text.cell 'gru'")
+  if not output_fc and cell != "gru":
+    raise config_lib.ConfigError("config.model.text.output_fc: False needs config.model.text.cell 'gru'")
+  if not output_fc and int(t.output_dim) != int(t.lstm_dim):
+    raise config_lib.ConfigError(
+        f"config.model.text.output_dim: {t.output_dim}, but without the output FC (output_fc=False) the "
+        f"embedding is the RNN's state, lstm_dim {t.lstm_dim}")
   return WordLstmTower(num_languages=int(t.num_languages), words_per_language=int(t.words_per_language),
                        word_dim=int(t.word_dim), mule_dim=int(t.mule_dim), lstm_dim=int(t.lstm_dim),
-                       output_dim=int(t.output_dim), branches=t.branches,
-                       dtype=dtype, param_dtype=param_dtype)
+                       output_dim=int(t.output_dim), branches=t.branches, cell=cell, lang_fc=lang_fc,
+                       output_fc=output_fc, dtype=dtype, param_dtype=param_dtype)
