@@ -357,12 +357,7 @@ def main(argv=None) -> None:
   state = jax.jit(setup.init, out_shardings=setup.state_shardings)(jax.random.PRNGKey(config.seed))
   n_params = sum(x.size for x in jax.tree.leaves(state.params))
   batch = random_batch(setup, config)
-  shapes = {t.name: tuple(t.shapes(config)) for t in setup.tasks}
-  batch_shardings = {task: {k: setup.data_sharding for k in keys} for task, keys in shapes.items()}
-  step = jax.jit(train.make_train_step(setup, config.optim.grad_accum_steps),
-                 in_shardings=(setup.state_shardings, batch_shardings),
-                 out_shardings=(setup.state_shardings, sharding.replicated(setup.mesh)),
-                 donate_argnums=(0,))
+  step = train.jit_train_step(setup, config)
   rss_before = peak_rss_bytes()
   t0 = time.perf_counter()
   lowered = step.lower(state, batch)

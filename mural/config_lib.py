@@ -82,10 +82,13 @@ def base_config() -> ml_collections.ConfigDict:
   c.optim.b2 = 0.999
   c.optim.eps = 1e-6
   c.optim.grad_clip_norm = ml_collections.FieldReference(None, float)  # None: no clipping.
-  # Micro-batches per update (a scan inside the step). Each micro-batch is its
-  # own in-batch softmax: negatives come from batch_size / grad_accum_steps
-  # examples, not from the whole batch.
+  # Micro-batches per update (a scan inside the step), accumulated as
+  # grad_accum_mode says (GRAD_ACCUM_MODES; mural/train.py): 'cached' (GradCache:
+  # every loss over the whole batch, so a contrastive loss keeps all
+  # batch_size negatives; one extra forward) or 'independent' (each micro-batch
+  # its own loss with batch_size / grad_accum_steps negatives).
   c.optim.grad_accum_steps = 1
+  c.optim.grad_accum_mode = "cached"
 
   c.total_steps = 600_000  # Linear decay to 0 at this step.
 
@@ -129,6 +132,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.synthetic.translation_pair_list = []
   # Per-pair override of translation_pairs, e.g. {"en-sw": 0} for a control run.
   c.data.synthetic.translation_pairs_per_pair = ml_collections.ConfigDict()
+  # True: no parallel text in training (Globetrotter): opening the translation pairs for training
+  # is an error; the image-text stream never shows one image with captions in two languages.
+  c.data.synthetic.withhold_parallel_text = False
   c.data.synthetic.heldout_fraction = 0.1  # Descriptions (by hash) never used in training.
   c.data.synthetic.eval_scenes = 200  # Held-out scenes (unique descriptions).
   c.data.synthetic.eval_captions_per_scene = 1  # Captions per eval image and language.
@@ -177,6 +183,7 @@ def base_config() -> ml_collections.ConfigDict:
 _DTYPES = ("float32", "bfloat16")
 _HEAD_KINDS = ("dense", "mlp")
 REMAT_POLICIES = ("none", "full", "dots")  # mural/models/remat.py maps each to a JAX policy.
+GRAD_ACCUM_MODES = ("cached", "independent")  # mural/train.py: make_grad_fn.
 
 
 def _require(ok: bool, field: str, message: str):
@@ -257,6 +264,8 @@ def validate(c: ml_collections.ConfigDict) -> None:
   _require(c.model.init_temperature > 0, "model.init_temperature", "must be positive")
   _require(c.optim.warmup_steps >= 0, "optim.warmup_steps", "must be >= 0")
   _require(c.optim.grad_accum_steps >= 1, "optim.grad_accum_steps", "must be >= 1")
+  _require(c.optim.grad_accum_mode in GRAD_ACCUM_MODES, "optim.grad_accum_mode",
+           f"{c.optim.grad_accum_mode!r} not in {GRAD_ACCUM_MODES}")
   _require(c.total_steps > 0, "total_steps", "must be positive")
   _require(isinstance(c.system, str) and c.system, "system",
            "is empty: start a config from mural.systems.base_config(name)")

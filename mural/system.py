@@ -121,17 +121,22 @@ def _forward_all(tasks: Sequence[Task], train: bool):
   return forward
 
 
-def task_losses(model, tasks: Sequence[Task], params, batch_stats, batch, rng):
-  """Train-mode forward of `tasks` -> ({task: weight * loss}, (batch_stats, metrics)).
+def task_outputs(model, tasks: Sequence[Task], params, batch_stats, batch, rng):
+  """Train-mode forward of `tasks` -> ({task: outputs}, batch_stats).
 
-  One apply runs every task's forward (so XLA shares what they share); each
-  task's loss stays separate so the trainer can differentiate it alone.
-  Batch statistics come back updated when any of the tasks keeps them.
+  One apply runs every task's forward (so XLA shares what they share). Batch
+  statistics come back updated when any of the tasks keeps them.
   """
-  keep_stats = any(t.updates_batch_stats for t in tasks)
   outputs, mutated = model.apply(
       {"params": params, "batch_stats": batch_stats}, batch, rngs={"dropout": rng},
       mutable=["batch_stats"], method=_forward_all(tasks, train=True))
+  keep_stats = any(t.updates_batch_stats for t in tasks)
+  return outputs, (mutated.get("batch_stats", batch_stats) if keep_stats else batch_stats)
+
+
+def weighted_losses(tasks: Sequence[Task], outputs, batch):
+  """({task: outputs}, batch) -> ({task: weight * loss}, metrics); each loss kept separate so
+  the trainer can differentiate it alone."""
   losses, metrics = {}, {}
   for t in tasks:
     loss, task_metrics = t.loss(outputs[t.name], batch[t.name])
@@ -140,5 +145,11 @@ def task_losses(model, tasks: Sequence[Task], params, batch_stats, batch, rng):
       raise ValueError(f"task {t.name!r}: metric names {sorted(clash)} are already used by another task")
     losses[t.name] = t.weight * loss
     metrics.update(task_metrics)
-  new_stats = mutated.get("batch_stats", batch_stats) if keep_stats else batch_stats
+  return losses, metrics
+
+
+def task_losses(model, tasks: Sequence[Task], params, batch_stats, batch, rng):
+  """Train-mode forward and losses of `tasks` -> ({task: weight * loss}, (batch_stats, metrics))."""
+  outputs, new_stats = task_outputs(model, tasks, params, batch_stats, batch, rng)
+  losses, metrics = weighted_losses(tasks, outputs, batch)
   return losses, (new_stats, metrics)

@@ -178,23 +178,55 @@ def _random_batch(shapes, seed=0):
   return batch
 
 
-def test_grad_accumulation_averages_micro_batch_gradients(tiny_vocab):
-  """k=2 on a batch == mean of k=1 gradients on rows 0::2 and 1::2 (each its own softmax)."""
-  config = tiny_config(tiny_vocab, **{"optim.grad_accum_steps": 2})
+@pytest.fixture(scope="module")
+def accumulation(tiny_vocab):
+  """The tiny model without dropout; a batch whose micro-batches of k = 2 (rows 0::2, 1::2)
+  hold the same images, so batch-norm moments of a micro-batch equal the whole batch's and
+  only the negatives tell the accumulation modes apart; the whole-batch gradient function."""
+  config = tiny_config(tiny_vocab, **{"optim.grad_accum_steps": 2, "model.text.dropout_rate": 0.0,
+                                      "data.image_size": 64, "data.eval_resize": 72,  # 32 px: 1 x 1 final BN.
+                                      "model.image.dropout_rate": 0.0,
+                                      "model.image.stochastic_depth_rate": 0.0})
   setup = train.build(config)
   state = jax.jit(setup.init)(jax.random.PRNGKey(0))
   batch = {name: _random_batch(shapes) for name, shapes in system.batch_shapes(setup.tasks, config).items()}
-  key = jax.random.PRNGKey(3)
-  accumulated = jax.jit(train.make_grad_fn(setup.model, setup.tasks, 2, setup.mesh, setup.rules))
+  batch["i2t"]["image"][1::2] = batch["i2t"]["image"][0::2]
   single = jax.jit(train.make_grad_fn(setup.model, setup.tasks, 1, setup.mesh, setup.rules))
+  grad_fn = lambda mode: jax.jit(train.make_grad_fn(setup.model, setup.tasks, 2, setup.mesh, setup.rules, mode))
+  return setup, state, batch, jax.random.PRNGKey(3), single, grad_fn
+
+
+def test_independent_accumulation_averages_micro_batch_gradients(accumulation):
+  """k=2 on a batch == mean of k=1 gradients on rows 0::2 and 1::2 (each its own softmax)."""
+  setup, state, batch, key, single, grad_fn = accumulation
   rows = lambda b, r: jax.tree.map(lambda v: v[r::2], b)
-  grads, stats, metrics = accumulated(state.params, state.batch_stats, batch, key)
+  grads, stats, metrics = grad_fn("independent")(state.params, state.batch_stats, batch, key)
   g0, s0, m0 = single(state.params, state.batch_stats, rows(batch, 0), jax.random.fold_in(key, 0))
   g1, s1, m1 = single(state.params, s0, rows(batch, 1), jax.random.fold_in(key, 1))
   mean = jax.tree.map(lambda a, b: (a + b) / 2, g0, g1)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-4, atol=1e-6), grads, mean)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), stats, s1)
   assert float(metrics["loss"]) == pytest.approx((float(m0["loss"]) + float(m1["loss"])) / 2, rel=1e-5)
+
+
+def test_cached_accumulation_equals_the_whole_batch_step(accumulation):
+  """GradCache (the default mode): k=2 gives the k=1 losses and gradients, global negatives
+  included; batch-norm statistics advance micro-batch by micro-batch as in the other mode."""
+  setup, state, batch, key, single, grad_fn = accumulation
+  assert setup.tasks and {t.name for t in setup.tasks} == {"i2t", "t2t"}
+  grads, stats, metrics = grad_fn("cached")(state.params, state.batch_stats, batch, key)
+  whole, _, whole_metrics = single(state.params, state.batch_stats, batch, key)
+  for name in ("loss", "loss/i2t", "loss/t2i", "loss/l2r", "loss/r2l", "temperature"):
+    assert float(metrics[name]) == pytest.approx(float(whole_metrics[name]), rel=1e-5), name
+  flat = lambda g: np.concatenate([np.ravel(x) for x in jax.tree.leaves(g)])
+  for task in ("i2t", "t2t"):
+    got, want = flat(grads[task]), flat(whole[task])
+    assert np.abs(want).max() > 1e-3, task  # Each task's gradient is not trivially zero.
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max(), err_msg=task)
+  # The micro-batches' own negatives give another gradient: the comparison can fail.
+  independent, independent_stats, _ = grad_fn("independent")(state.params, state.batch_stats, batch, key)
+  assert np.abs(flat(independent["i2t"]) - flat(whole["i2t"])).max() > 1e-2 * np.abs(flat(whole["i2t"])).max()
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), stats, independent_stats)
 
 
 # ---- Failure paths -----------------------------------------------------------------------
