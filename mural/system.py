@@ -48,6 +48,10 @@ class Task:
   batch_size: int = 0  # Global.
   sources: Tuple[Mapping[str, Any], ...] = ()
   updates_batch_stats: bool = True
+  # True: each batch comes whole from one of the sources (drawn by source weight per batch), e.g.
+  # one source per language for batches of one language; False: sources mixed per record.
+  one_source_per_batch: bool = False
+  draw_weight: float = 1.0  # Relative chance that `draw_by_weight` (a task chooser) picks this task.
 
   def shapes(self, config, batch_size: Optional[int] = None) -> Dict[str, jax.ShapeDtypeStruct]:
     """The device batch of this task (the host-only 'lang' key excluded)."""
@@ -77,6 +81,14 @@ class System:
   # evaluator embeds with ('' : the tower output); export and search embed with these.
   # None: the system cannot be exported (mural/export.py says so).
   retrieval_heads: Optional[Callable[[Any, Sequence[Task]], Mapping[str, str]]] = None
+
+
+def draw_by_weight(rng, tasks: Sequence[Task]):
+  """A per-step task chooser (System.choose_task): task i with probability draw_weight_i / sum."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  weights = jnp.asarray([t.draw_weight for t in tasks], jnp.float32)
+  return jax.random.categorical(rng, jnp.log(weights)).astype(jnp.int32)
 
 
 def active_tasks(system: System, config) -> Tuple[Task, ...]:

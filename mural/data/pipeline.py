@@ -7,7 +7,9 @@ shapes of the task's record kind (mural/data/inputs.py; e.g. image-text:
 'image', 'text_ids', 'text_mask', 'valid', plus 'lang' for the host), ready
 for `jax.make_array_from_process_local_data`. A task here is anything with
 `name`, `input` (a RecordKind), `sources` (source configs) and `batch_size`
-(global); the pipeline knows no task by name.
+(global); the pipeline knows no task by name. A task with
+`one_source_per_batch` gets each batch whole from one source, drawn by
+source weight per batch (one source per language: batches of one language).
 
 Per task, each source is one stream (one process's shard, see sources.py):
   epochs of shuffled raw records, each record keyed by (epoch, position)
@@ -261,8 +263,9 @@ class _Task:
   """One task's sources, its tf.data pipeline and the state that rebuilds it."""
 
   def __init__(self, name: str, kind, batch_size: int, tokenizer, sources: List[_Source], seed,
-               data_config):
+               data_config, one_source_per_batch: bool = False):
     self.name, self.input, self.batch_size, self.tokenizer = name, kind, batch_size, tokenizer
+    self.one_source_per_batch = one_source_per_batch
     self.sources, self.seed, self.data = sources, seed, data_config
     # elements: records consumed (= draws of the source mixture); per source,
     # where its stream continues and its skip counts so far.
@@ -276,15 +279,22 @@ class _Task:
     par = tf.data.AUTOTUNE if par == -1 else par
     streams = [_source_stream(self, s, i, self.state["sources"][i], self.seed, self.data, par)
                for i, s in enumerate(self.sources)]
+    per_batch = self.one_source_per_batch and len(streams) > 1
     if len(streams) == 1:
       ds = streams[0]
     else:
       logits = tf.constant(np.log([s.weight for s in self.sources]), tf.float32)[None]
       mix_seed = _fold(self.seed, 1_000_000)
-      choice = tf.data.Dataset.range(self.state["elements"], _FOREVER).map(
+      # One draw per record, or per batch (the whole batch from the drawn source); consumed
+      # batches are whole, so elements // batch_size is the next batch's draw.
+      first = self.state["elements"] // self.batch_size if per_batch else self.state["elements"]
+      choice = tf.data.Dataset.range(first, _FOREVER).map(
           lambda i: tf.random.stateless_categorical(logits, 1, _fold(mix_seed, i))[0, 0])
+      if per_batch:
+        streams = [s.batch(self.batch_size, drop_remainder=True) for s in streams]
       ds = tf.data.Dataset.choose_from_datasets(streams, choice)
-    ds = ds.batch(self.batch_size, drop_remainder=True)
+    if not per_batch:
+      ds = ds.batch(self.batch_size, drop_remainder=True)
     keep = ("_source", "_epoch", "_pos", "_skips")
     # Locals, not `self`: a cycle would keep the iterator alive until exit.
     finish, tokenizer = self.input.finish, self.tokenizer
@@ -425,7 +435,8 @@ def build_train_iterator(config, tasks: Sequence, tokenizer, *, process_index: i
     batch = _per_process(task.batch_size, process_count, f"tasks.{task.name}.batch_size")
     task_seed = [int(seed), process_index * len(tasks) + k]
     streams.append(_Task(task.name, task.input, batch, tokenizer,
-                         _open_sources(task, config, process_index, process_count), task_seed, config.data))
+                         _open_sources(task, config, process_index, process_count), task_seed, config.data,
+                         bool(getattr(task, "one_source_per_batch", False))))
   fingerprint = dict(seed=int(seed), process_index=process_index, process_count=process_count,
                      sources={t.name: [s.name for s in t.sources] for t in streams})
   return TrainIterator(streams, fingerprint)

@@ -363,11 +363,13 @@ class Endless:
 
 
 def _synthetic(kind: str, source_config, split, process_index, process_count, config) -> Endless:
-  source_fields(source_config, "synthetic", {})  # Settings come from config.data.synthetic.
+  # Settings come from config.data.synthetic; 'languages' keeps only some of its languages
+  # (image-text) or the pairs within them (text pairs), e.g. one source per language.
+  only = tuple(source_fields(source_config, "synthetic", dict(languages=[]))["languages"])
   if config is None:
     raise ValueError("data source 'synthetic' needs the run's config (config.data.synthetic)")
   check_process(process_index, process_count)
-  settings = synthetic.Settings.from_config(config)
+  settings = synthetic.Settings.from_config(config).restricted(only)
   if kind == "image_text":
     make, counts = synthetic.image_text_source, dict(zip(settings.languages, settings.image_caption_counts))
   else:
@@ -375,14 +377,18 @@ def _synthetic(kind: str, source_config, split, process_index, process_count, co
     counts = {f"{a}-{b}": n for (a, b), n in zip(settings.translation_pairs, settings.translation_counts)}
 
   def open_at(k: int) -> tf.data.Dataset:
-    return make(config, split, process_index, process_count, start_index=k * process_count, num_epochs=None)
+    return make(config, split, process_index, process_count, start_index=k * process_count, num_epochs=None,
+                languages=only)
 
   return Endless(open_at, counts)
 
 
 def synthetic_image_text(source_config, split: str, process_index: int = 0, process_count: int = 1,
                          config=None) -> Endless:
-  """'synthetic': rendered scenes with captions (mural/data/synthetic.py), set by config.data.synthetic."""
+  """'synthetic': rendered scenes with captions (mural/data/synthetic.py), set by config.data.synthetic.
+
+  Field: languages (default []: all of data.synthetic.languages): only these languages' captions
+  (the same records as in the whole source)."""
   return _synthetic("image_text", source_config, split, process_index, process_count, config)
 
 

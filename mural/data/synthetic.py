@@ -667,6 +667,26 @@ class Settings:
                eval_captions_per_scene=int(s.eval_captions_per_scene), render_size=int(s.render_size))
 
 
+  def restricted(self, languages: Sequence[str]) -> "Settings":
+    """Only `languages`' image-caption pairs and the translation pairs within them (() : all).
+
+    Records are keyed by (language, index), so each kept one is the record the whole dataset
+    holds; only the order of the mix changes. Unknown codes are a ConfigError."""
+    if not languages:
+      return self
+    unknown = [l for l in languages if l not in self.languages]
+    if unknown:
+      raise config_lib.ConfigError(f"config.tasks: a 'synthetic' source's languages {unknown} are not in "
+                                   f"config.data.synthetic.languages {list(self.languages)}")
+    keep = [i for i, l in enumerate(self.languages) if l in languages]
+    pairs = [i for i, (a, b) in enumerate(self.translation_pairs) if a in languages and b in languages]
+    return dataclasses.replace(
+        self, languages=tuple(self.languages[i] for i in keep),
+        image_caption_counts=tuple(self.image_caption_counts[i] for i in keep),
+        translation_pairs=tuple(self.translation_pairs[i] for i in pairs),
+        translation_counts=tuple(self.translation_counts[i] for i in pairs))
+
+
 def translation_pair_list(s) -> tuple:
   """(left, right) language pairs of config.data.synthetic, in a fixed order."""
   if s.translation_pair_list:
@@ -823,16 +843,17 @@ def _index_dataset(n: int, process_index: int, process_count: int, start_index: 
 
 
 def image_text_source(config, split: str, process_index: int, process_count: int, start_index: int = 0,
-                      *, num_epochs: Optional[int] = 1):
+                      *, num_epochs: Optional[int] = 1, languages: Sequence[str] = ()):
   """tf.data of {'image': uint8 [S,S,3], 'caption': string, 'lang': string}.
 
   config: the full config (reads config.data.synthetic and nothing else).
   Reads global indices i >= start_index with i % process_count ==
   process_index, so a host that has consumed k elements resumes with
   start_index = k * process_count. Index i >= epoch size continues in epoch
-  i // size (a fresh order); num_epochs=None makes it endless."""
+  i // size (a fresh order); num_epochs=None makes it endless. languages: only these
+  (Settings.restricted)."""
   import tensorflow as tf
-  settings = Settings.from_config(config)
+  settings = Settings.from_config(config).restricted(languages)
   _check_split(split)
   s = settings.render_size
   ds = _index_dataset(num_image_text(settings, split), process_index, process_count, start_index, num_epochs)
@@ -851,11 +872,11 @@ def image_text_source(config, split: str, process_index: int, process_count: int
 
 
 def text_pair_source(config, split: str, process_index: int, process_count: int, start_index: int = 0,
-                     *, num_epochs: Optional[int] = 1):
+                     *, num_epochs: Optional[int] = 1, languages: Sequence[str] = ()):
   """tf.data of {'left','right','left_lang','right_lang'} strings (config and
   indexing as image_text_source)."""
   import tensorflow as tf
-  settings = Settings.from_config(config)
+  settings = Settings.from_config(config).restricted(languages)
   _check_split(split)
   ds = _index_dataset(num_text_pairs(settings, split), process_index, process_count, start_index, num_epochs)
   keys = ("left", "right", "left_lang", "right_lang")
