@@ -16,6 +16,9 @@ re-read from the same place on resume), and describe counts only what trains.
 Its output also passes a stop_gradient, so no gradient is ever computed
 through it.
 
+hidden_dim = 0 gives one linear layer instead (Kádár et al., after VSE++:
+"a trained linear layer W_I in R^{2048 x 1024}" over fixed ResNet-50 features).
+
 Why run the backbone every step instead of precomputing features: the
 built-in data renders fresh scenes every step (there is no finite image set
 to precompute), and the small backbone at 32 px costs far less than the step
@@ -41,7 +44,7 @@ def _named(init, names):
 class FeatureTower(nn.Module):
   """Returns (embedding [B, output_dim], {'features': the frozen features})."""
   features: Callable[[jax.Array], jax.Array]  # images -> [B, F]; no parameters of this module.
-  hidden_dim: int = 2048
+  hidden_dim: int = 2048  # 0: one linear layer to output_dim.
   output_dim: int = 512
   bn_momentum: float = 0.9
   dtype: Any = jnp.float32
@@ -55,6 +58,10 @@ class FeatureTower(nn.Module):
     # seeded EfficientNet's are ~1e-6, below batch norm's epsilon after the first FC).
     feats = feats * jax.lax.rsqrt(jnp.maximum(jnp.mean(feats * feats, -1, keepdims=True), 1e-30))
     feats = feats.astype(self.dtype)
+    if not self.hidden_dim:  # One linear layer (Kádár et al.).
+      x = nn.Dense(self.output_dim, name="fc_out", kernel_init=_named(nn.initializers.lecun_normal(),
+                   ("embed", "proj")), bias_init=_named(nn.initializers.zeros, ("proj",)), **kw)(feats)
+      return x, {"features": feats}
     x = nn.Dense(self.hidden_dim, name="fc_hidden", kernel_init=_named(nn.initializers.lecun_normal(),
                  ("embed", "mlp")), bias_init=_named(nn.initializers.zeros, ("mlp",)), **kw)(feats)
     x = nn.BatchNorm(use_running_average=not train, momentum=self.bn_momentum, name="bn",
