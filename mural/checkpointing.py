@@ -19,6 +19,13 @@ fails on the device or host rather than on a file (out of memory:
 TrainingError). Every process tries the step, they compare outcomes, and all
 fall back if any could not read it; only process 0 renames. Evaluation
 (`move_aside=False`) falls back the same way but leaves the workdir as is.
+
+Best checkpoint (early stopping, config.early_stopping): `Checkpoints(...,
+track_best=True)` saves each step with `EarlyStopping.metrics` (orbax's
+per-checkpoint metrics) and keeps, besides the newest `keep` steps, the one
+whose evaluation scored best (orbax BestN under AnyPreservationPolicy;
+`best_step()` is orbax's). `read_params` / `restore_params` (export, warm
+starts, backbones) read that step by default when a run recorded one.
 """
 
 import contextlib
@@ -245,21 +252,80 @@ def _quiet_failed_read(path: epath.Path):
       sys.unraisablehook = previous
 
 
+def _score(metrics) -> float:
+  """orbax's best_fn: an evaluated step's score (higher is better), -inf for the others."""
+  return float(metrics["score"]) if metrics and metrics.get("evaluated") else -float("inf")
+
+
+class EarlyStopping:
+  """Stops after `patience` evaluations in a row without a better `metric` (mode max or min).
+
+  Its state travels with every checkpoint as orbax metrics (`metrics()`, `restore`), so a
+  resumed run counts on exactly where it stopped; 'score' is the value signed so higher is
+  better, 'evaluated' says whether that step was evaluated.
+  """
+
+  def __init__(self, metric: str, patience: int, mode: str):
+    self.metric, self.patience, self.sign = metric, patience, 1.0 if mode == "max" else -1.0
+    self.best, self.best_step, self.since_best, self.score = None, None, 0, None
+
+  def update(self, step: int, results) -> bool:
+    """Takes an evaluation's results; True when the run should stop."""
+    if self.metric not in results:
+      raise ValueError(f"config.early_stopping.metric: {self.metric!r} is not among the evaluation's "
+                       f"results {sorted(results)}")
+    self.score = self.sign * float(results[self.metric])
+    if self.best is None or self.score > self.best:
+      self.best, self.best_step, self.since_best = self.score, step, 0
+    else:
+      self.since_best += 1
+    return self.exhausted
+
+  @property
+  def exhausted(self) -> bool:
+    return self.since_best >= self.patience
+
+  def metrics(self) -> dict:
+    """What the checkpoint at this step records (then forgets this step's score)."""
+    out = {"evaluated": int(self.score is not None), "score": self.score or 0.0,
+           "best": self.best if self.best is not None else 0.0,
+           "best_step": self.best_step if self.best_step is not None else -1, "since_best": self.since_best}
+    self.score = None
+    return out
+
+  def restore(self, metrics) -> None:
+    if metrics and metrics.get("best_step", -1) >= 0:
+      self.best, self.best_step = float(metrics["best"]), int(metrics["best_step"])
+      self.since_best = int(metrics["since_best"])
+
+
 class Checkpoints:
   """ocp.CheckpointManager over workdir/checkpoints: items 'state' and 'data'."""
 
-  def __init__(self, workdir: str, keep: int):
+  def __init__(self, workdir: str, keep: int, track_best: bool = False):
     if jax.process_count() > 1:
       _use_distributed_barriers()
     self.directory = directory(workdir)
+    if track_best:  # The newest `keep` steps and the best evaluated one.
+      policy = ocp.checkpoint_managers.AnyPreservationPolicy([
+          ocp.checkpoint_managers.LatestN(n=keep),
+          ocp.checkpoint_managers.BestN(get_metric_fn=_score, n=1, keep_checkpoints_without_metrics=False)])
+      options = ocp.CheckpointManagerOptions(create=True, enable_async_checkpointing=True, best_fn=_score,
+                                             best_mode="max", preservation_policy=policy)
+    else:
+      options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True, enable_async_checkpointing=True)
     with _listing():
-      self._manager = ocp.CheckpointManager(
-          self.directory,
-          options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
-                                               enable_async_checkpointing=True))
+      self._manager = ocp.CheckpointManager(self.directory, options=options)
 
   def latest_step(self) -> Optional[int]:
     return self._manager.latest_step()
+
+  def best_step(self) -> Optional[int]:
+    """The evaluated step with the best early-stopping score (None: none recorded)."""
+    return _best_step(self._manager)
+
+  def metrics(self, step: int) -> Optional[dict]:
+    return self._manager.metrics(step)
 
   def moved_aside(self) -> List[str]:
     """Names of the steps moved aside as unreadable, newest first."""
@@ -360,10 +426,10 @@ class Checkpoints:
       self._manager.reload()  # Its cached list of steps still has this one.
     return str(self.directory / name)
 
-  def save(self, step: int, state: TrainState, data_state: dict):
+  def save(self, step: int, state: TrainState, data_state: dict, metrics: Optional[dict] = None):
     """Async: returns once arrays are copied off the device; writing goes on behind."""
     processes = sharding.allgather_json(data_state)
-    self._manager.save(step, force=True, args=ocp.args.Composite(
+    self._manager.save(step, force=True, metrics=metrics, args=ocp.args.Composite(
         state=ocp.args.StandardSave(state),
         data=ocp.args.JsonSave({"process_count": len(processes), "processes": processes})))
 
@@ -417,8 +483,21 @@ def restore_params(workdir: str, step: Optional[int] = None) -> dict:
   return read_params(workdir, step)[1]
 
 
+def _best_step(manager) -> Optional[int]:
+  best = manager.best_step() if manager.all_steps() else None
+  return best if best is not None and _score(manager.metrics(best)) > -float("inf") else None
+
+
+def best_step(workdir: str) -> Optional[int]:
+  """The step an early-stopping run recorded as its best (None: none recorded)."""
+  with _listing(), ocp.CheckpointManager(directory(workdir), options=ocp.CheckpointManagerOptions(
+      create=False, best_fn=_score, best_mode="max")) as manager:
+    return _best_step(manager)
+
+
 def read_params(workdir: str, step: Optional[int] = None) -> Tuple[int, dict]:
-  """(step read, {'params', 'batch_stats'} of it as host NumPy arrays); default: the newest that reads.
+  """(step read, {'params', 'batch_stats'} of it as host NumPy arrays); default: the best step of
+  an early-stopping run (best_step), else the newest, falling back to the newest others that read.
 
   Needs no config: the tree comes from the checkpoint's own metadata, and
   only those two subtrees are read (not the optimizer state), so a
@@ -427,9 +506,12 @@ def read_params(workdir: str, step: Optional[int] = None) -> Tuple[int, dict]:
   nothing: an unreadable newest step gets one warning line and the step
   before it is read; a chosen `step` that does not read is an error.
   """
-  with _listing(), ocp.CheckpointManager(
-      directory(workdir), options=ocp.CheckpointManagerOptions(create=False)) as manager:
+  with _listing(), ocp.CheckpointManager(directory(workdir), options=ocp.CheckpointManagerOptions(
+      create=False, best_fn=_score, best_mode="max")) as manager:
     steps = sorted(manager.all_steps(), reverse=True)
+    best = _best_step(manager) if steps else None
+  if best is not None:
+    steps = [best] + [s for s in steps if s != best]
   if step is not None:
     if step not in steps:
       raise FileNotFoundError(f"no checkpoint {step} in {directory(workdir)} (steps: {steps})")

@@ -169,6 +169,14 @@ def base_config() -> ml_collections.ConfigDict:
   c.checkpoint_every_steps = 5_000  # Also at the end and on SIGTERM.
   c.keep_checkpoints = 3  # Newest checkpoints kept in workdir/checkpoints.
   c.eval_batch_size = 256  # Examples per embedding call in evaluation.
+  # Early stopping, any system: stop after `patience` evaluations in a row without a better
+  # `metric` (an evaluation result's name, e.g. 'mean/mR'; '': off). Every evaluation then
+  # checkpoints, and the best one is kept beside the newest keep_checkpoints
+  # (checkpointing.best_step; export and restore_params read it).
+  c.early_stopping = ml_collections.ConfigDict()
+  c.early_stopping.metric = ""
+  c.early_stopping.patience = 10
+  c.early_stopping.mode = "max"  # max | min: which way is better.
 
   # ---- Warm start (mural/warm_start.py) ------------------------------------
   # An export directory or a workdir whose variables start a new run (only
@@ -298,6 +306,13 @@ def validate(c: ml_collections.ConfigDict) -> None:
            f"{c.init_from_parts!r} not in ('towers', 'all')")
   _require(isinstance(c.eval_every_steps, int) and c.eval_every_steps >= 0, "eval_every_steps",
            f"must be an int >= 0, got {c.eval_every_steps!r}")
+  es = c.early_stopping
+  _require(isinstance(es.metric, str), "early_stopping.metric", f"must be a string ('' = off), got {es.metric!r}")
+  _require(isinstance(es.patience, int) and es.patience >= 1, "early_stopping.patience",
+           f"must be an int >= 1, got {es.patience!r}")
+  _require(es.mode in ("max", "min"), "early_stopping.mode", f"{es.mode!r} not in ('max', 'min')")
+  _require(not es.metric or c.eval_every_steps > 0, "early_stopping.metric",
+           f"{es.metric!r} needs evaluations during training (eval_every_steps > 0)")
   # The built-in data's section, checked here so its mistakes too come before TensorFlow loads
   # (NumPy only; imported here because it imports this module).
   from mural.data import synthetic  # pylint: disable=g-import-not-at-top

@@ -370,11 +370,15 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
   train_step = jit_train_step(setup, config)
 
   # ---- Restore or initialise ----------------------------------------------
-  checkpoints = checkpointing.Checkpoints(workdir, config.keep_checkpoints)
+  es = config.early_stopping
+  stopper = checkpointing.EarlyStopping(es.metric, es.patience, es.mode) if es.metric else None
+  checkpoints = checkpointing.Checkpoints(workdir, config.keep_checkpoints, track_best=stopper is not None)
   latest, state, data_state = checkpoints.restore_latest(setup.abstract_state, setup.state_shardings)
   if latest is not None:
     if data_state is not None:
       train_iter.set_state(data_state)
+    if stopper is not None:  # Counts on from the checkpoint's record.
+      stopper.restore(checkpoints.metrics(latest))
     logging.info("Resumed from %s (step %d).", checkpoints.directory, latest)
   else:
     state = jax.jit(setup.init, out_shardings=setup.state_shardings)(jax.random.PRNGKey(config.seed))
@@ -404,32 +408,46 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
   # ---- Loop -----------------------------------------------------------------
   total = config.total_steps
   preempted = False
+  early_stopped = stopper is not None and stopper.exhausted
   try:
-    if start_step >= total:
-      logging.info("Step %d >= total_steps %d: nothing to train; evaluating.", start_step, total)
+    if start_step >= total or early_stopped:
+      logging.info("Step %d%s: nothing to train; evaluating.", start_step,
+                   " (stopped early)" if early_stopped else f" >= total_steps {total}")
       run_eval(start_step)
     with checkpointing.StopRequest() as stop_requested:
-      for step in range(start_step + 1, total + 1):
+      for step in range(start_step + 1, total + 1 if not early_stopped else 0):
         batch = _device_batch(next(train_iter), shapes, setup.data_sharding)
         state, metrics = train_step(state, batch)
         log.add(step, metrics)
         preempted = stop_requested(step)
-        last = step == total or preempted
+        evaluating = not preempted and (
+            step == total or bool(config.eval_every_steps and step % config.eval_every_steps == 0))
+        scored = evaluating and stopper is not None and bool(evaluators)
+        if scored:  # Early stopping: evaluate first, its score goes with this step's checkpoint.
+          run_eval(step)
+          early_stopped = stopper.update(step, eval_results)
+        last = step == total or preempted or early_stopped
         if step % config.log_every_steps == 0 or last:
           flush(step)
-        if step % config.checkpoint_every_steps == 0 or last:
+        if step % config.checkpoint_every_steps == 0 or last or scored:
           log.check_finite(checkpoints.latest_step())  # Never checkpoint a NaN state.
-          checkpoints.save(step, state, train_iter.get_state())
+          checkpoints.save(step, state, train_iter.get_state(), stopper and stopper.metrics())
         if preempted:
           logging.warning("Stopped at step %d on SIGTERM; checkpoint saved.", step)
           break
-        if step == total or (config.eval_every_steps and step % config.eval_every_steps == 0):
+        if evaluating and not scored:
           run_eval(step)
+        if early_stopped:
+          logging.info("Stopped early at step %d: %s did not improve in %d evaluations; the best, step "
+                       "%d, is kept (checkpoints.best_step).", step, stopper.metric, stopper.patience,
+                       stopper.best_step)
+          break
   finally:
     checkpoints.wait()  # Let an in-flight async save finish, even on an error.
     checkpoints.close()
     writer.close()
   return {"step": int(sharding.to_host(state.step)), "train": log.last, "eval": eval_results,
+          "early_stopped": early_stopped, "best_step": stopper.best_step if stopper else None,
           "preempted": preempted, "state": state}
 
 
