@@ -3,6 +3,7 @@
 A task (mural/system.py) reads one kind of record from its sources:
   IMAGE_TEXT: {'image', 'caption', 'lang'}                      -> 'image', 'text_ids', 'text_mask', 'valid' (+ 'lang' on the host)
   TEXT_PAIR:  {'left', 'right', 'left_lang', 'right_lang'}      -> 'left_ids', 'left_mask', 'right_ids', 'right_mask', 'valid'
+  IMAGE_TEXT_VIEWS: image-text records as two SimCLR views      -> 'image', 'image2', 'text_ids', 'text_mask', 'valid' (Globetrotter)
   IMAGE_TEXT_LANG, TEXT_PAIR_LANG: the same records, with each text's language
       index on the device too ('lang_id'; 'left_lang_id', 'right_lang_id') and
       passed to the tokenizer (systems with per-language parameters: MULE, SMALR).
@@ -17,7 +18,7 @@ samples languages by that key and counts skips by status.
 """
 
 import dataclasses
-from typing import Callable, Dict, Mapping, Sequence, Tuple
+from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -68,6 +69,9 @@ class RecordKind:
   layout: Callable[[int, object], Dict[str, Tuple[tuple, object]]]  # (batch, config) -> key: (shape, dtype).
   # (text field, its language field) of a raw record: per-language vocabularies learn from these.
   text_langs: Tuple[Tuple[str, str], ...] = ()
+  # (decoded uint8 image, stateless seed, config.data) -> {key: float32 [S, S, 3]}: the kind's
+  # own training augmentation; None: the pipeline's crop (+ flip) into 'image'.
+  train_views: Optional[Callable[[tf.Tensor, tf.Tensor, object], Dict[str, tf.Tensor]]] = None
 
   def shapes(self, batch_size: int, config) -> Dict[str, jax.ShapeDtypeStruct]:
     return {k: jax.ShapeDtypeStruct(s, d) for k, (s, d) in self.layout(batch_size, config).items()}
@@ -201,3 +205,31 @@ def _text_pair_lang_layout(b, config):
 
 TEXT_PAIR_LANG = dataclasses.replace(TEXT_PAIR, name="text_pair_lang", check=_text_pair_lang_check,
                                      finish=_text_pair_lang_finish, layout=_text_pair_lang_layout)
+
+
+# ---- Image-text with two augmented views of each image (SimCLR; Globetrotter) ---------
+# config.data.views: colour_strength, colour_prob, grayscale_prob, blur_prob (preprocess.simclr_view);
+# the crop ranges and flip are config.data's.
+
+
+def _two_views(image, seed, data):
+  v = data.views
+  kw = dict(size=data.image_size, area_range=tuple(data.crop_area_range),
+            aspect_range=tuple(data.crop_aspect_range), flip=data.random_flip,
+            colour_strength=float(v.colour_strength), colour_prob=float(v.colour_prob),
+            grayscale_prob=float(v.grayscale_prob), blur_prob=float(v.blur_prob))
+  first, second = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+  return {"image": preprocess.simclr_view(image, first, **kw), "image2": preprocess.simclr_view(image, second, **kw)}
+
+
+def _image_text_views_finish(b, tokenizer):
+  return {**_image_text_finish(b, tokenizer), "image2": b["image2"]}
+
+
+def _image_text_views_layout(b, config):
+  layout = _image_text_layout(b, config)
+  return {**layout, "image2": layout["image"]}
+
+
+IMAGE_TEXT_VIEWS = dataclasses.replace(IMAGE_TEXT, name="image_text_views", finish=_image_text_views_finish,
+                                       layout=_image_text_views_layout, train_views=_two_views)

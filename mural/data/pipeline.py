@@ -209,14 +209,21 @@ def _source_stream(task, src: _Source, index: int, state: dict, seed,
       ds = _guarded_decode(ds, num_parallel_calls)
     size = data_config.image_size
 
+    views = task.input.train_views  # A kind's own augmentation (e.g. two SimCLR views), or None.
+
     def crop(x):
       x = dict(x)
-      x["image"] = tf.cond(
-          tf.equal(x["status"], _OK),
-          lambda: preprocess.train_image(
-              x["image"], _fold(x["_seed"], 2), size, tuple(data_config.crop_area_range),
-              tuple(data_config.crop_aspect_range), data_config.random_flip),
-          lambda: tf.zeros([size, size, 3], tf.float32))
+      if views is None:
+        x["image"] = tf.cond(
+            tf.equal(x["status"], _OK),
+            lambda: preprocess.train_image(
+                x["image"], _fold(x["_seed"], 2), size, tuple(data_config.crop_area_range),
+                tuple(data_config.crop_aspect_range), data_config.random_flip),
+            lambda: tf.zeros([size, size, 3], tf.float32))
+        return x
+      blank = tf.zeros([size, size, 3], tf.uint8)  # A skipped record's views (dropped below).
+      x.update(tf.cond(tf.equal(x["status"], _OK), lambda: views(x["image"], _fold(x["_seed"], 2), data_config),
+                       lambda: views(blank, _fold(x["_seed"], 2), data_config)))
       return x
 
     ds = ds.map(crop, num_parallel_calls=num_parallel_calls, deterministic=True)

@@ -90,3 +90,56 @@ def eval_image(image: tf.Tensor, resize: int, size: int) -> tf.Tensor:
   out = resized[top:top + size, left:left + size]
   out.set_shape([size, size, 3])
   return normalize(out)
+
+
+# ---- SimCLR views (Chen et al. 2020; Globetrotter's two augmentations per image) -----------
+
+
+def gaussian_blur(image: tf.Tensor, sigma: tf.Tensor, radius: int) -> tf.Tensor:
+  """Separable Gaussian blur of a float [H, W, C] image, kernel 2 * radius + 1, reflect-padded."""
+  x = tf.cast(tf.range(-radius, radius + 1), tf.float32)
+  k = tf.exp(-0.5 * tf.square(x / tf.maximum(sigma, 1e-3)))
+  k = k / tf.reduce_sum(k)
+  channels = tf.shape(image)[-1]
+  padded = tf.pad(image[None], [[0, 0], [radius, radius], [radius, radius], [0, 0]], mode="REFLECT")
+  horizontal = tf.tile(tf.reshape(k, [1, -1, 1, 1]), [1, 1, channels, 1])
+  vertical = tf.tile(tf.reshape(k, [-1, 1, 1, 1]), [1, 1, channels, 1])
+  out = tf.nn.depthwise_conv2d(padded, horizontal, [1, 1, 1, 1], "VALID")
+  out = tf.nn.depthwise_conv2d(out, vertical, [1, 1, 1, 1], "VALID")
+  return out[0]
+
+
+def simclr_view(image: tf.Tensor, seed: tf.Tensor, size: int, area_range=(0.08, 1.0),
+                aspect_range=(3 / 4, 4 / 3), flip: bool = True, colour_strength: float = 1.0,
+                colour_prob: float = 0.8, grayscale_prob: float = 0.2, blur_prob: float = 0.5) -> tf.Tensor:
+  """uint8 [H, W, 3] -> float32 [size, size, 3] in [-1, 1]: SimCLR's augmentation.
+
+  Random resized crop (+ flip), colour distortion with probability
+  colour_prob (brightness, contrast, saturation 0.8 s, hue 0.2 s, s =
+  colour_strength), grayscale with probability grayscale_prob, Gaussian
+  blur with probability blur_prob (sigma in [0.1, 2.0] at 224 px, scaled to
+  `size`; kernel 10% of the side). Stateless: a pure function of (image, seed).
+  """
+  seeds = tf.unstack(tf.random.experimental.stateless_split(seed, 10))
+  x = random_resized_crop(image, seeds[0], size, area_range, aspect_range) / 255.0
+  if flip:
+    x = tf.image.stateless_random_flip_left_right(x, seeds[1])
+  s = colour_strength
+
+  def jitter(x):
+    x = tf.image.stateless_random_brightness(x, 0.8 * s, seeds[2])
+    x = tf.image.stateless_random_contrast(x, max(0.0, 1 - 0.8 * s), 1 + 0.8 * s, seeds[3])
+    x = tf.image.stateless_random_saturation(x, max(0.0, 1 - 0.8 * s), 1 + 0.8 * s, seeds[4])
+    if 0.2 * s > 0:
+      x = tf.image.stateless_random_hue(x, min(0.5, 0.2 * s), seeds[5])
+    return tf.clip_by_value(x, 0.0, 1.0)
+
+  coin = lambda i: tf.random.stateless_uniform([], seeds[i])
+  if s > 0:
+    x = tf.cond(coin(6) < colour_prob, lambda: jitter(x), lambda: x)
+  x = tf.cond(coin(7) < grayscale_prob, lambda: tf.tile(tf.image.rgb_to_grayscale(x), [1, 1, 3]), lambda: x)
+  radius = max(1, size // 20)
+  sigma = tf.random.stateless_uniform([], seeds[8], 0.1, 2.0) * size / 224.0
+  x = tf.cond(coin(9) < blur_prob, lambda: gaussian_blur(x, sigma, radius), lambda: x)
+  x.set_shape([size, size, 3])
+  return normalize(x * 255.0)

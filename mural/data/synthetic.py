@@ -28,6 +28,12 @@ sources map a global index to (language, j) through a fixed per-epoch affine
 permutation (languages come mixed), shard by index (host p of P reads
 p, p+P, ...) and resume at any index.
 
+Parallel text. Each training image-caption example draws its scene, its render and its caption
+from its own generator (language, index): one image never carries captions in two languages, so
+captions of one scene in two languages always come from different images. The translation pairs
+are the only parallel text; `withhold_parallel_text = True` (Globetrotter) makes reading them for
+training an error. The eval set keeps aligned captions (one image, every language).
+
 Amounts. `pairs_per_language` (else `default_pairs`) image-caption pairs per
 language; `translation_pairs` per language pair (override per pair with
 `translation_pairs_per_pair`), pairs = (`translation_pivot`, x) for every other
@@ -626,6 +632,8 @@ def validate(c) -> None:
   for name, n in s.translation_pairs_per_pair.items():
     _require(isinstance(n, int) and n >= 0, f"{f}translation_pairs_per_pair.{name}",
              f"must be an int >= 0, got {n!r}")
+  _require(isinstance(s.get("withhold_parallel_text", False), bool), f + "withhold_parallel_text",
+           f"must be a bool, got {s.get('withhold_parallel_text')!r}")
   _require(0.01 <= s.heldout_fraction <= 0.5, f + "heldout_fraction",  # Rejection sampling stays cheap.
            f"must be in [0.01, 0.5], got {s.heldout_fraction}")
   for name in ("eval_scenes", "eval_captions_per_scene"):
@@ -647,6 +655,7 @@ class Settings:
   eval_scenes: int
   eval_captions_per_scene: int
   render_size: int
+  withhold_parallel_text: bool = False
 
   @classmethod
   def from_config(cls, config) -> "Settings":
@@ -664,7 +673,8 @@ class Settings:
     return cls(seed=int(s.seed), languages=langs, image_caption_counts=counts, translation_pairs=pairs,
                translation_counts=tuple(int(overrides.get(p, s.translation_pairs)) for p in pairs),
                heldout_fraction=float(s.heldout_fraction), eval_scenes=int(s.eval_scenes),
-               eval_captions_per_scene=int(s.eval_captions_per_scene), render_size=int(s.render_size))
+               eval_captions_per_scene=int(s.eval_captions_per_scene), render_size=int(s.render_size),
+               withhold_parallel_text=bool(s.get("withhold_parallel_text", False)))
 
 
   def restricted(self, languages: Sequence[str]) -> "Settings":
@@ -878,6 +888,10 @@ def text_pair_source(config, split: str, process_index: int, process_count: int,
   import tensorflow as tf
   settings = Settings.from_config(config).restricted(languages)
   _check_split(split)
+  if split == "train" and settings.withhold_parallel_text:
+    raise config_lib.ConfigError(
+        "config.data.synthetic.withhold_parallel_text: True, yet a task reads the built-in translation "
+        "pairs for training; turn that task off or set the option to False")
   ds = _index_dataset(num_text_pairs(settings, split), process_index, process_count, start_index, num_epochs)
   keys = ("left", "right", "left_lang", "right_lang")
 

@@ -7,6 +7,7 @@ changes.
 
 from mural import config_lib
 from mural.systems import align
+from mural.systems import globetrotter
 from mural.systems import mule
 from mural.systems import mural
 
@@ -14,6 +15,7 @@ SYSTEMS = {
     "align": align.SYSTEM,
     "mural": mural.SYSTEM,
     "mule": mule.SYSTEM,
+    "globetrotter": globetrotter.SYSTEM,
 }
 
 

@@ -1,0 +1,245 @@
+"""Globetrotter (Surís et al., CVPR 2022): languages aligned through vision, no parallel text.
+
+Model (mural/models/globetrotter.py): a ResNet image tower (ResNet-18 in the
+paper), one BERT text tower for every language over one subword vocabulary
+(4 layers, 4 heads, hidden 512), a prediction head on each to D = 128, and
+BERT's masked-LM head on the text tower (tied to the token table).
+
+One task, 'globetrotter', on image-text records with two SimCLR views of each
+image (inputs.IMAGE_TEXT_VIEWS; crop, flip, colour distortion, grayscale,
+blur in tf.data), every language mixed in one batch:
+  L = lambda_t L_t + lambda_v L_v + lambda_x L_x + lambda_c L_c   (Eq. 5; 1, 0.2, 0.2, 0.2)
+  L_v  NT-Xent between the two views (losses.nt_xent_loss);
+  L_x  image-caption InfoNCE both ways, image = view 1 (losses.image_caption_loss);
+  L_t  caption-caption softmax with the transitive soft targets
+       alpha_ij = f(a^x_ii a^v_ij a^x_jj), margin m = 0.4, image = view 1
+       (losses.transitive_text_loss): two captions are pulled together when
+       their images look alike and each caption matches its image;
+  L_c  token cloze on a masked copy of the captions (BERT's 15%, 80/10/10).
+All similarities are cosines rescaled to [0, 1], over the temperature. One
+Adam (1e-4) over the sum, as the paper: one task, so one optimizer state.
+A lambda of 0 drops its term and what only it reads (lambda_t = lambda_v =
+lambda_x = 0 is the paper's text-only baseline: L_c alone, no image).
+
+Choices where the paper is silent: temperature 0.1 on the rescaled
+similarities (SimCLR's), for every loss; alpha is a stop-gradient (targets:
+L_t does not move the image side); L_t and L_x read the unmasked captions,
+L_c a masked copy (two text passes); each loss is a mean over its anchors;
+heads are Dense-GELU-Dense (SimCLR's projection MLP); a short warm-up then
+mural's linear decay.
+
+Evaluation (mural/translation_retrieval.py): translation by retrieval over
+the eval scenes' captions in all M languages, scored as the paper does (each
+query's M - 1 translations, the share of them in its top M - 1), with the
+text head; and word translation by Procrustes over the token table with
+anchors from k = 5 mutual nearest neighbours.
+"""
+
+from typing import Sequence
+
+import ml_collections
+
+from mural import config_lib
+from mural import system
+
+SYNTHETIC = dict(name="synthetic", weight=1.0)
+TASK = "globetrotter"
+
+
+def get_config() -> ml_collections.ConfigDict:
+  c = config_lib.base_config()
+  c.system = "globetrotter"
+  c.model.image.name = "resnet"
+  c.model.image.depth = 18
+  c.model.image.width = 64  # Channels of the first stage (torchvision: 64).
+  c.model.text.vocab_size = 32_000  # Upper bound of the learned wordpiece vocabulary.
+  c.model.text.token_embed_dim = 512  # Unfactorised: the MLM head ties to the token table.
+  c.model.text.hidden_dim = 512
+  c.model.text.num_layers = 4
+  c.model.text.num_heads = 4
+  c.model.text.mlp_dim = 2048
+  c.model.text.max_len = 64
+  c.model.heads.embed_dim = 128  # D.
+  c.model.heads.kind = "mlp"
+  c.model.heads.mlp_hidden_dim = 512
+  c.tasks[TASK] = ml_collections.ConfigDict(dict(
+      weight=1.0,
+      learning_rate=1e-4,  # Adam (paper B.1).
+      batch_size=800,  # Paper B.1.
+      sources=[SYNTHETIC],  # Image-text sources.
+      temperature=0.1,  # On similarities rescaled to [0, 1].
+      margin=0.4,  # m of f in Eq. 2.
+      lambda_t=1.0,
+      lambda_v=0.2,
+      lambda_x=0.2,
+      lambda_c=0.2,
+      mask_rate=0.15,  # Share of a caption's word pieces the cloze predicts (BERT).
+  ))
+  c.data.synthetic.withhold_parallel_text = True
+  c.data.crop_area_range = (0.08, 1.0)  # SimCLR.
+  c.data.views = ml_collections.ConfigDict(dict(
+      colour_strength=1.0,  # SimCLR's s: brightness/contrast/saturation 0.8 s, hue 0.2 s.
+      colour_prob=0.8, grayscale_prob=0.2, blur_prob=0.5))
+  c.optim.layer_adaptation = False  # Adam.
+  c.optim.weight_decay = 0.0
+  c.optim.eps = 1e-8
+  c.optim.warmup_steps = 500
+  return c
+
+
+# Field overrides of the paper's compared models: 'text_only' is its text-only baseline (the same
+# text model trained with L_c alone: no image, no image-related loss).
+VARIANTS = {
+    "full": {},
+    "text_only": {"lambda_t": 0.0, "lambda_v": 0.0, "lambda_x": 0.0, "lambda_c": 1.0},
+}
+
+
+def apply_variant(config, name: str):
+  """config with VARIANTS[name]'s task fields set."""
+  if name not in VARIANTS:
+    raise config_lib.ConfigError(f"Globetrotter variant {name!r} not in {sorted(VARIANTS)}")
+  for key, value in VARIANTS[name].items():
+    config.tasks[TASK][key] = value
+  return config
+
+
+def _require(ok: bool, field: str, message: str):
+  if not ok:
+    raise config_lib.ConfigError(f"config.{field}: {message}")
+
+
+def validate(config) -> None:
+  """Globetrotter's own fields; one-line ConfigErrors naming the field."""
+  t, f = config.tasks[TASK], f"tasks.{TASK}"
+  _require(t.temperature > 0, f"{f}.temperature", f"must be positive, got {t.temperature}")
+  _require(0 <= t.margin < 1, f"{f}.margin", f"must be in [0, 1), got {t.margin}")
+  for name in ("lambda_t", "lambda_v", "lambda_x", "lambda_c"):
+    _require(t[name] >= 0, f"{f}.{name}", f"must be >= 0, got {t[name]}")
+  _require(any(t[n] > 0 for n in ("lambda_t", "lambda_v", "lambda_x", "lambda_c")), f"{f}.lambda_t",
+           "every lambda is 0: nothing to train")
+  _require(0 < t.mask_rate < 1, f"{f}.mask_rate", f"must be in (0, 1), got {t.mask_rate}")
+  _require(config.model.text.name == "bert", "model.text.name",
+           f"must be 'bert' (the cloze reads its token table), got {config.model.text.name!r}")
+  _require(config.model.text.token_embed_dim == config.model.text.hidden_dim, "model.text.token_embed_dim",
+           f"{config.model.text.token_embed_dim} != hidden_dim {config.model.text.hidden_dim}: the cloze head "
+           "ties to an unfactorised token table")
+  v = config.data.views
+  for name in ("colour_prob", "grayscale_prob", "blur_prob"):
+    _require(0 <= v[name] <= 1, f"data.views.{name}", f"must be in [0, 1], got {v[name]}")
+  _require(0 <= v.colour_strength <= 1.25, "data.views.colour_strength",
+           f"must be in [0, 1.25] (contrast and saturation factors stay >= 0), got {v.colour_strength}")
+  _require(config.data.synthetic.withhold_parallel_text, "data.synthetic.withhold_parallel_text",
+           "must be True for Globetrotter: it learns with no parallel text")
+
+
+def _mask_tokens(rng, ids, mask, rate: float, vocab_size: int):
+  """BERT's cloze input: (masked ids, labels, weights). Of the word pieces (not [CLS], [SEP],
+  padding), each is picked with probability `rate`; a picked one becomes [MASK] (80%), a random
+  piece (10%) or stays (10%). weights is 1 on the picked positions."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from mural.data import tokenizer  # pylint: disable=g-import-not-at-top
+  first = len(tokenizer.RESERVED_TOKENS)
+  pick_rng, kind_rng, token_rng = jax.random.split(rng, 3)
+  candidate = (mask > 0) & (ids >= first)
+  picked = candidate & (jax.random.uniform(pick_rng, ids.shape) < rate)
+  u = jax.random.uniform(kind_rng, ids.shape)
+  random_ids = jax.random.randint(token_rng, ids.shape, first, vocab_size)
+  new = jnp.where(u < 0.8, tokenizer.MASK_ID, jnp.where(u < 0.9, random_ids, ids))
+  return jnp.where(picked, new, ids), ids, picked.astype(jnp.float32)
+
+
+def globetrotter_task(config) -> system.Task:
+  from mural import losses  # pylint: disable=g-import-not-at-top
+  from mural.data import inputs  # pylint: disable=g-import-not-at-top
+  validate(config)
+  c = config.tasks[TASK]
+  t, m, rate = float(c.temperature), float(c.margin), float(c.mask_rate)
+  lt, lv, lx, lc = float(c.lambda_t), float(c.lambda_v), float(c.lambda_x), float(c.lambda_c)
+  vocab_size = int(config.model.text.vocab_size)
+  uses_images, uses_text_head = lt > 0 or lv > 0 or lx > 0, lt > 0 or lx > 0
+
+  def forward(model, batch, train):
+    ids, mask = batch["text_ids"], batch["text_mask"]
+    out = {}
+    if uses_images:
+      out["image"] = model.embed_images(batch["image"], "image", train)
+      if lv > 0:
+        out["image2"] = model.embed_images(batch["image2"], "image", train)
+    if uses_text_head:
+      out["text"] = model.embed_texts(ids, mask, "text", train)
+    if lc > 0:
+      masked, labels, weights = _mask_tokens(model.make_rng("dropout"), ids, mask, rate, vocab_size)
+      out["mlm_logits"] = model.mlm_logits(model.text_sequence(masked, mask, train))
+      out["mlm_labels"], out["mlm_weights"] = labels, weights
+    return out
+
+  def loss(out, batch):
+    valid = batch["valid"]
+    total, metrics = 0.0, {}
+    if lt > 0:
+      l, aux = losses.transitive_text_loss(out["text"], out["image"], t, m, valid)
+      total, metrics["loss/text_text"], metrics["transitive_positive_mass"] = total + lt * l, l, aux["positive_mass"]
+    if lv > 0:
+      l, aux = losses.nt_xent_loss(out["image"], out["image2"], t, valid)
+      total, metrics["loss/views"], metrics["views_accuracy"] = total + lv * l, l, aux["accuracy"]
+    if lx > 0:
+      l, _ = losses.image_caption_loss(out["image"], out["text"], t, valid)
+      total, metrics["loss/image_caption"] = total + lx * l, l
+    if lc > 0:
+      weights = out["mlm_weights"] * valid[:, None]
+      l, aux = losses.masked_lm_loss(out["mlm_logits"], out["mlm_labels"], weights)
+      total, metrics["loss/cloze"], metrics["cloze_accuracy"] = total + lc * l, l, aux["accuracy"]
+    return total, metrics
+
+  return system.task_from_config(config, TASK, input=inputs.IMAGE_TEXT_VIEWS, forward=forward, loss=loss,
+                                 updates_batch_stats=uses_images)
+
+
+def tasks(config) -> Sequence[system.Task]:
+  return (globetrotter_task(config),)
+
+
+def build_model(config, active: Sequence[system.Task]):
+  """ResNet + BERT from config.model, a head on each (model.heads), the tied cloze head."""
+  del active
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from mural import models  # pylint: disable=g-import-not-at-top
+  from mural.models import globetrotter as model_lib  # pylint: disable=g-import-not-at-top
+  from mural.models import heads  # pylint: disable=g-import-not-at-top
+  validate(config)
+  dtype, param_dtype = jnp.dtype(config.model.dtype), jnp.dtype(config.model.param_dtype)
+  for kind, table in (("image", models.IMAGE_TOWERS), ("text", models.TEXT_TOWERS)):
+    name = config.model[kind].name
+    _require(name in table, f"model.{kind}.name", f"{name!r} not in {sorted(table)}")
+  head = lambda name: heads.from_config(config.model.heads, dtype, param_dtype).clone(name=name)
+  return model_lib.GlobetrotterModel(
+      image_tower=models.IMAGE_TOWERS[config.model.image.name](config.model.image, dtype, param_dtype),
+      text_tower=models.TEXT_TOWERS[config.model.text.name](config.model.text, dtype, param_dtype),
+      image_head=head("image_head"), text_head=head("text_head"),
+      mlm_head=model_lib.MlmHead(config.model.text.vocab_size, dtype=dtype, param_dtype=param_dtype,
+                                 name="mlm_head"))
+
+
+def retrieval_heads(config, active):
+  del config, active
+  return {"image": "image", "text": "text"}
+
+
+def evaluators(config, active: Sequence[system.Task], tokenizer):
+  """Translation by retrieval over every eval language (the paper's metric) with the text head,
+  image<->text retrieval per language, word translation by Procrustes over the token table."""
+  del active
+  from mural import evaluate  # pylint: disable=g-import-not-at-top
+  from mural import translation_retrieval  # pylint: disable=g-import-not-at-top
+  from mural.data import eval_data  # pylint: disable=g-import-not-at-top
+  retrieval, _ = eval_data.build_eval_sets(config, tokenizer)
+  if not retrieval:
+    return []
+  return [translation_retrieval.MultiwayTranslation(retrieval, head="text"),
+          evaluate.Retrieval(retrieval, text_head="text", image_head="image")]
+
+
+SYSTEM = system.System(name="globetrotter", get_config=get_config, tasks=tasks, build_model=build_model,
+                       evaluators=evaluators, retrieval_heads=retrieval_heads)
