@@ -1,0 +1,259 @@
+"""Kádár et al., "Lessons learned in multilingual grounded language learning" (CoNLL 2018).
+
+Model (mural/models/word_lstm.py, feature_tower.py, multilingual.py):
+  text:  ONE word-embedding table for the union of every language's words
+         (data.word_vocab_union; words seen fewer than data.word_min_count = 4
+         times are UNK) -> a GRU (1024), its final state at the sentence's last
+         word is the embedding (no FC after it).
+  image: fixed features of a frozen mural image tower -> one linear layer
+         (1024); the paper: ImageNet ResNet-50 features, 2048 -> 1024.
+  Both L2-normalised in the loss; similarity = cosine.
+
+Tasks, sharing every parameter, ONE trained per step (System.choose_task =
+system.draw_by_weight over tasks.<name>.draw_weight, 0.5 each: the paper's
+p = 0.5), inside one compiled step:
+  c2i: captions and their images. With tasks.c2i.one_language_per_batch each
+       source is split into one source per language (a 'synthetic' source's
+       `languages` field) and each batch comes whole from one of them
+       (Task.one_source_per_batch): "a language is sampled at random followed
+       by sampling a random batch".
+  c2c: two captions of one image in two languages; every cross-language pair
+       of the data is one data set (the built-in data: translation pairs for
+       every pair of languages, data.synthetic.translation_pair_list).
+  Loss of both: VSE++'s max of hinges (losses.max_hinge_loss, margin alpha).
+
+Adam 2e-4 (AdamW without decay), early stopping on the sum of R@1/5/10 both
+ways ('mean/rsum', averaged over the languages), patience 10 evaluations,
+every 500 steps (config.early_stopping, a trainer feature).
+
+Choices where the paper is silent: margin 0.2 and batch 128 (VSE++'s defaults,
+whose code the paper builds on); the early-stopping sum is averaged over the
+evaluated languages; each task has its own Adam state (mural's per-task
+optimizers; the paper: one Adam over both tasks' steps); mural's linear decay
+of the rate to 0 at total_steps (set far beyond where early stopping ends).
+"""
+
+import dataclasses
+from typing import Sequence
+
+import ml_collections
+
+from mural import config_lib
+from mural import system
+
+SYNTHETIC = dict(name="synthetic", weight=1.0)
+
+
+def get_config() -> ml_collections.ConfigDict:
+  c = config_lib.base_config()
+  c.system = "kadar"
+  # Image: a frozen mural tower's pooled features -> one linear layer.
+  c.model.image.name = "features"
+  c.model.image.backbone = "efficientnet"  # IMAGE_TOWERS key, built from this section's fields.
+  c.model.image.backbone_workdir = ""  # A trained mural run whose image tower gives the features; "": seeded.
+  c.model.image.backbone_seed = 0
+  c.model.image.hidden_dim = 0  # One linear layer (feature_tower: 0 = no hidden layer).
+  c.model.image.output_dim = 1024
+  # Text: union word table -> GRU; its last state is the embedding.
+  c.model.text.name = "word_lstm"
+  c.model.text.cell = "gru"
+  c.model.text.lang_fc = False  # No per-language FC: the words feed the GRU.
+  c.model.text.output_fc = False  # The GRU's final state is the sentence.
+  c.model.text.branches = "shared"
+  c.model.text.words_per_language = 20_000  # Rows of the one union table (2 reserved: padding, UNK).
+  c.model.text.word_dim = 300
+  c.model.text.mule_dim = 0  # Unused (no per-language FC).
+  c.model.text.lstm_dim = 1024  # The GRU's units.
+  c.model.text.output_dim = 1024  # = lstm_dim: the GRU state is the embedding.
+  c.model.text.max_len = 32
+  c.data.tokenizer = "words"
+  c.data.word_vocab_union = True  # One table for the union of all languages' words.
+  c.data.word_min_count = 4  # "words occurring fewer than four times" -> UNK.
+  c.data.word_vocab_path = ""  # A words.json to use; "": learned into workdir/words.json.
+  c.data.languages = list(c.data.synthetic.languages)
+  # c2c: every pair of languages (the paper's "all possible <c_a, c_b> pairs"), both orders in one set.
+  langs = list(c.data.synthetic.languages)
+  c.data.synthetic.translation_pair_list = [f"{a}-{b}" for i, a in enumerate(langs) for b in langs[i + 1:]]
+  c.data.synthetic.translation_pairs = 5_000  # Per pair (28 pairs for 8 languages).
+
+  c.tasks.c2i = ml_collections.ConfigDict(dict(
+      weight=1.0,
+      learning_rate=2e-4,  # Adam 2e-4 (paper).
+      batch_size=128,  # VSE++'s default.
+      sources=[SYNTHETIC],  # Image-text sources ('synthetic': split by language, see below).
+      margin=0.2,  # alpha (VSE++'s default).
+      draw_weight=0.5,  # p of the task switch.
+      one_language_per_batch=True,  # Each source split per data.languages; each batch one language.
+  ))
+  c.tasks.c2c = ml_collections.ConfigDict(dict(
+      weight=1.0,  # 0 turns caption-caption ranking off (the "- c2c" models).
+      learning_rate=2e-4,
+      batch_size=128,
+      sources=[SYNTHETIC],  # Text-pair sources: captions of one image in two languages.
+      margin=0.2,
+      draw_weight=0.5,
+  ))
+  c.optim.layer_adaptation = False  # Adam(W) ...
+  c.optim.weight_decay = 0.0  # ... without decay: Adam.
+  c.optim.eps = 1e-8  # PyTorch's (and the paper's "default parameters").
+  c.optim.warmup_steps = 0
+  c.total_steps = 100_000  # A ceiling: early stopping ends the run.
+  c.eval_every_steps = 500  # "evaluated every 500 iterations".
+  c.checkpoint_every_steps = 500
+  c.early_stopping.metric = "mean/rsum"  # R@1 + R@5 + R@10, both ways, mean over languages.
+  c.early_stopping.patience = 10
+  c.early_stopping.mode = "max"
+  return c
+
+
+def _require(ok: bool, field: str, message: str):
+  if not ok:
+    raise config_lib.ConfigError(f"config.{field}: {message}")
+
+
+def _positive_int(section, name: str, field: str, minimum: int = 1):
+  v = section[name]
+  _require(isinstance(v, int) and v >= minimum, f"{field}.{name}", f"must be an int >= {minimum}, got {v!r}")
+
+
+def validate(config) -> None:
+  """Kádár et al.'s own fields; one-line ConfigErrors naming the field."""
+  from mural.models import word_lstm  # pylint: disable=g-import-not-at-top
+  t, im = config.model.text, config.model.image
+  _positive_int(t, "words_per_language", "model.text", minimum=3)
+  for name in ("word_dim", "lstm_dim", "output_dim", "max_len"):
+    _positive_int(t, name, "model.text")
+  _require(t.cell in word_lstm.CELLS, "model.text.cell", f"{t.cell!r} not in {word_lstm.CELLS}")
+  _require(t.lang_fc is False, "model.text.lang_fc", f"must be False (one union table, no per-language FC), got {t.lang_fc!r}")
+  _require(t.output_fc or t.output_dim == t.lstm_dim, "model.text.output_dim",
+           f"{t.output_dim}, but the GRU's state is the embedding (output_fc=False): it must equal lstm_dim {t.lstm_dim}")
+  if im.name == "features":
+    _positive_int(im, "output_dim", "model.image")
+    _positive_int(im, "hidden_dim", "model.image", minimum=0)
+    _require(isinstance(im.backbone_workdir, str), "model.image.backbone_workdir",
+             f"must be a path string ('' for a seeded backbone), got {im.backbone_workdir!r}")
+    _require(t.output_dim == im.output_dim, "model.image.output_dim",
+             f"images embed to {im.output_dim}, texts to {t.output_dim} (model.text.output_dim); they must match")
+  _require(config.data.get("tokenizer") == "words", "data.tokenizer",
+           f"must be 'words' (a word vocabulary) for Kádár et al., got {config.data.get('tokenizer')!r}")
+  _require(config.data.get("word_vocab_union") is True, "data.word_vocab_union",
+           f"must be True (one embedding table for every language), got {config.data.get('word_vocab_union')!r}")
+  _positive_int(config.data, "word_min_count", "data")
+  _require(isinstance(config.data.word_vocab_path, str), "data.word_vocab_path",
+           f"must be a path string ('' to learn one), got {config.data.word_vocab_path!r}")
+  for name in ("c2i", "c2c"):
+    section, field = config.tasks[name], f"tasks.{name}"
+    _require(0 <= section.margin <= 2, f"{field}.margin", f"must be in [0, 2] (cosine), got {section.margin}")
+    _require(section.draw_weight > 0, f"{field}.draw_weight", f"must be > 0, got {section.draw_weight}")
+  _require(isinstance(config.tasks.c2i.one_language_per_batch, bool), "tasks.c2i.one_language_per_batch",
+           f"must be True or False, got {config.tasks.c2i.one_language_per_batch!r}")
+
+
+def _per_language(sources, languages):
+  """Each source once per language (its own `languages`, else data.languages), one language each."""
+  out = []
+  for s in sources:
+    for lang in (s.get("languages") or languages):
+      out.append({**dict(s), "languages": [lang]})
+  return out
+
+
+def caption_image_task(config) -> system.Task:
+  """c2i: captions against their images, max of hinges both ways."""
+  from mural import losses  # pylint: disable=g-import-not-at-top
+  from mural.data import inputs  # pylint: disable=g-import-not-at-top
+  validate(config)
+  c = config.tasks.c2i
+  margin = float(c.margin)
+
+  def forward(model, batch, train):
+    return {"text": model.embed_texts(batch["text_ids"], batch["text_mask"], None, train),
+            "image": model.embed_images(batch["image"], None, train)}
+
+  def loss(out, batch):
+    total, parts = losses.max_hinge_loss(out["text"], out["image"], margin, batch["valid"])
+    return total, {"loss/c2i": total, "loss/c2i_t2i": parts["x2y"], "loss/c2i_i2t": parts["y2x"]}
+
+  task = system.task_from_config(config, "c2i", input=inputs.IMAGE_TEXT, forward=forward, loss=loss,
+                                 draw_weight=float(c.draw_weight), one_source_per_batch=c.one_language_per_batch)
+  if c.one_language_per_batch:
+    task = dataclasses.replace(task, sources=tuple(_per_language(task.sources, config.data.languages)))
+  return task
+
+
+def caption_caption_task(config) -> system.Task:
+  """c2c: two captions of one image in two languages, max of hinges both ways."""
+  from mural import losses  # pylint: disable=g-import-not-at-top
+  from mural.data import inputs  # pylint: disable=g-import-not-at-top
+  validate(config)
+  c = config.tasks.c2c
+  margin = float(c.margin)
+
+  def forward(model, batch, train):
+    return {"left": model.embed_texts(batch["left_ids"], batch["left_mask"], None, train),
+            "right": model.embed_texts(batch["right_ids"], batch["right_mask"], None, train)}
+
+  def loss(out, batch):
+    total, _ = losses.max_hinge_loss(out["left"], out["right"], margin, batch["valid"])
+    return total, {"loss/c2c": total}
+
+  return system.task_from_config(config, "c2c", input=inputs.TEXT_PAIR, forward=forward, loss=loss,
+                                 draw_weight=float(c.draw_weight), updates_batch_stats=False)
+
+
+def tasks(config) -> Sequence[system.Task]:
+  return (caption_image_task(config), caption_caption_task(config))
+
+
+def build_model(config, active: Sequence[system.Task]):
+  """The frozen-feature image tower (one linear layer) and the union-table GRU text tower."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from mural import models  # pylint: disable=g-import-not-at-top
+  from mural.models import multilingual  # pylint: disable=g-import-not-at-top
+  del active
+  validate(config)
+  dtype, param_dtype = jnp.dtype(config.model.dtype), jnp.dtype(config.model.param_dtype)
+  for kind, table in (("image", models.IMAGE_TOWERS), ("text", models.TEXT_TOWERS)):
+    name = config.model[kind].name
+    _require(name in table, f"model.{kind}.name", f"{name!r} not in {sorted(table)}")
+  image = models.IMAGE_TOWERS[config.model.image.name](config.model.image, dtype, param_dtype)
+  text_section = ml_collections.ConfigDict(config.model.text.to_dict())
+  text_section.num_languages = 1  # The union vocabulary is one block.
+  text = models.TEXT_TOWERS[config.model.text.name](text_section, dtype, param_dtype)
+  return multilingual.MultilingualDualEncoder(image_tower=image, text_tower=text)
+
+
+class RsumRetrieval:
+  """Image<->caption retrieval per language (evaluate.Retrieval) plus '<lang>/rsum', the sum of
+  R@1/5/10 both ways (VSE++'s and the paper's model-selection score), and 'mean/rsum'."""
+
+  def __init__(self, retrieval):
+    self.retrieval = retrieval
+
+  def run(self, embedder, variables):
+    results = self.retrieval.run(embedder, variables)
+    sums = {}
+    for s in self.retrieval.sets:
+      sums[s.name] = sum(results[f"{s.name}/{d}_R@{k}"] for d in ("i2t", "t2i") for k in (1, 5, 10))
+      results[f"{s.name}/rsum"] = sums[s.name]
+    if sums:
+      results["mean/rsum"] = sum(sums.values()) / len(sums)
+    return results
+
+
+def evaluators(config, active: Sequence[system.Task], tokenizer):
+  """Image<->caption retrieval per language (with rsum) and caption translation retrieval."""
+  from mural import evaluate  # pylint: disable=g-import-not-at-top
+  from mural.data import eval_data  # pylint: disable=g-import-not-at-top
+  del active
+  retrieval, translation = eval_data.build_eval_sets(config, tokenizer)
+  out = []
+  if retrieval:
+    out.append(RsumRetrieval(evaluate.Retrieval(retrieval, text_head=None, image_head=None)))
+  if translation:
+    out.append(evaluate.Translation(translation, head=None))
+  return out
+
+
+SYSTEM = system.System(name="kadar", get_config=get_config, tasks=tasks, build_model=build_model,
+                       evaluators=evaluators, choose_task=system.draw_by_weight)
