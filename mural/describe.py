@@ -39,7 +39,7 @@ def describe(config) -> dict:
   text = params["text_tower"]
   tokens = sum(_count(v) for k, v in text.items() if k.startswith("token_"))
   return {
-      "image_tower": _count(params["image_tower"]),
+      "image_tower": _count(params.get("image_tower", {})),  # None in text-only pre-training.
       "token_embeddings": tokens,
       "text_encoder": _count(text) - tokens,
       "heads": sum(_count(v) for k, v in params.items() if k.endswith("_head")),
