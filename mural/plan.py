@@ -14,7 +14,9 @@ What the figures are:
                                            device (alias: outputs written over donated inputs);
   total_bytes_per_device                   argument + output - alias + temp: the step's peak;
   flops_per_step                           XLA's cost analysis of one device's program times
-                                           the devices.
+                                           the devices; it counts a loop's body once (the
+                                           micro-batch scans of grad_accum_steps, the ring
+                                           loss's steps), so it is a lower bound.
 The compile is XLA's CPU compile of the SPMD-partitioned step: fusion and
 layouts differ from a TPU or GPU compile, so read the figures as a plan
 (within tens of percent), not as the accelerator's allocator.
@@ -92,6 +94,6 @@ def table(p: Dict[str, Any]) -> str:
       f"  temporaries     {gib(p['temp_bytes_per_device'])}",
       f"  total           {gib(p['total_bytes_per_device'])}  "
       + ", ".join(f"{name}: {'fits' if ok else 'does not fit'}" for name, ok in p["fits"].items()),
-      f"  FLOPs per step  {p['flops_per_step']:.3e} (XLA's cost analysis, all devices)",
+      f"  FLOPs per step  {p['flops_per_step']:.3e} (XLA's cost analysis, all devices; loop bodies counted once)",
   ]
   return "\n".join(rows)
