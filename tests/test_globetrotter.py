@@ -289,3 +289,200 @@ def test_word_translation_recovers_a_rotated_vocabulary():
   # Without the alignment (identity map), fewer translations are found.
   identity = 100 * np.mean([np.argmax(tr.csls(x, y, 5)[i]) == j for i, j in gold])
   assert identity < 90
+
+
+# ---- Config, data, and a few steps end to end ------------------------------------------
+
+import json  # pylint: disable=g-import-not-at-top,wrong-import-position
+import os  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+from conftest import HookedIterator, load_config, set_fields, sigterm  # pylint: disable=wrong-import-position
+from mural import config_lib  # pylint: disable=wrong-import-position
+from mural import system  # pylint: disable=wrong-import-position
+from mural import systems  # pylint: disable=wrong-import-position
+from mural import train  # pylint: disable=wrong-import-position
+from mural.systems import globetrotter  # pylint: disable=wrong-import-position
+
+JAX_CACHE = os.environ.get("MURAL_TEST_JAX_CACHE", "/tmp/mural_test_jax_cache")
+jax.config.update("jax_compilation_cache_dir", JAX_CACHE)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+
+LANGS = ["en", "de", "sw"]
+
+
+def tiny_globetrotter_config(vocab_path="", variant="full", **overrides):
+  """configs/globetrotter_demo.py at toy sizes: 3 languages, 8 held-out scenes, 4 steps of 8."""
+  c = load_config("globetrotter_demo")
+  c = globetrotter.apply_variant(c, variant)
+  c.data.vocab_path = vocab_path
+  c.data.synthetic.languages = list(LANGS)
+  c.data.languages = list(LANGS)
+  c.data.synthetic.eval_scenes = 8
+  c.data.synthetic.render_size = 32
+  c.data.shuffle_buffer = 0
+  c.model.image.width = 4
+  c.model.text.max_len = 16
+  c.model.heads.embed_dim = 16
+  c.model.heads.mlp_hidden_dim = 16
+  c.tasks.globetrotter.batch_size = 8
+  c.optim.warmup_steps = 1
+  c.total_steps = 4
+  c.log_every_steps = 1
+  c.checkpoint_every_steps = 2
+  c.eval_batch_size = 8
+  return set_fields(c, **overrides)
+
+
+@pytest.mark.parametrize("field, value", [
+    ("tasks.globetrotter.temperature", 0.0),
+    ("tasks.globetrotter.margin", 1.0),
+    ("tasks.globetrotter.lambda_v", -0.2),
+    ("tasks.globetrotter.mask_rate", 0.0),
+    ("model.text.name", "word_lstm"),
+    ("model.text.token_embed_dim", 32),
+    ("data.views.blur_prob", 1.5),
+    ("data.views.colour_strength", 2.0),
+    ("data.synthetic.withhold_parallel_text", False),
+])
+def test_config_errors_are_one_line(field, value):
+  c = tiny_globetrotter_config(**{field: value})
+  with pytest.raises(config_lib.ConfigError) as e:
+    globetrotter.validate(c)
+  message = str(e.value)
+  assert message.startswith(f"config.{field}: ") and "\n" not in message, message
+
+
+@pytest.mark.parametrize("field, value", [("model.image.depth", 20), ("model.image.width", 0)])
+def test_tower_config_errors_at_build(field, value):
+  c = tiny_globetrotter_config(**{field: value})
+  with pytest.raises(config_lib.ConfigError, match=rf"^config\.{field}: [^\n]*$"):
+    globetrotter.build_model(c, globetrotter.tasks(c))
+  c = tiny_globetrotter_config(**{f"tasks.globetrotter.lambda_{n}": 0.0 for n in "tvxc"})
+  with pytest.raises(config_lib.ConfigError, match=r"^config\.tasks\.globetrotter\.lambda_t: every lambda"):
+    globetrotter.validate(c)
+  with pytest.raises(config_lib.ConfigError, match="variant 'nope'"):
+    globetrotter.apply_variant(tiny_globetrotter_config(), "nope")
+
+
+def test_built_in_data_withholds_parallel_text():
+  """No translation pairs for training; no image carries captions in two languages, while scenes
+  do recur across languages (from different images); the eval set stays aligned."""
+  from mural.data import synthetic
+  c = tiny_globetrotter_config()
+  with pytest.raises(config_lib.ConfigError, match=r"^config\.data\.synthetic\.withhold_parallel_text: "):
+    synthetic.text_pair_source(c, "train", 0, 1)
+  synthetic.text_pair_source(c, "eval", 0, 1)  # Eval pairs stay.
+  settings = synthetic.Settings.from_config(c)
+  seen = {}
+  shared_scene = 0
+  for i in range(600):
+    d, image, _, lang = synthetic.image_text_example(settings, "train", i)
+    key = image.tobytes()
+    assert seen.get(key, lang) == lang, "one image captioned in two languages"
+    seen[key] = lang
+  by_scene = {}
+  for i in range(600):
+    d, _, _, lang = synthetic.image_text_example(settings, "train", i)
+    by_scene.setdefault(d, set()).add(lang)
+  shared_scene = sum(len(v) > 1 for v in by_scene.values())
+  assert shared_scene > 0  # The transitive path exists: one scene, several languages, other images.
+  data = synthetic.build_eval_data(c)
+  assert all(len(data.languages[l].captions) == 8 for l in LANGS)
+
+
+def test_two_views_come_from_the_pipeline(tiny_vocab):
+  from mural.data import pipeline, tokenizer
+  c = tiny_globetrotter_config(tiny_vocab)
+  tasks = system.active_tasks(globetrotter.SYSTEM, c)
+  tok = tokenizer.Tokenizer(tiny_vocab, c.model.text.max_len)
+  batches = [next(pipeline.build_train_iterator(c, tasks, tok))["globetrotter"] for _ in range(2)]
+  b = batches[0]
+  assert b["image"].shape == b["image2"].shape == (8, 32, 32, 3)
+  assert set(b) >= set(tasks[0].shapes(c))
+  assert np.all(np.abs(b["image"]) <= 1.0) and np.all(np.abs(b["image2"]) <= 1.0)
+  assert not np.array_equal(b["image"], b["image2"])  # Two different augmentations.
+  for k in b:
+    np.testing.assert_array_equal(b[k], batches[1][k])  # A pure function of the seed.
+
+
+def test_cloze_masks_word_pieces_only():
+  from mural.data import tokenizer
+  ids = np.full((200, 20), 7, np.int32)
+  ids[:, 0], ids[:, 15] = tokenizer.CLS_ID, tokenizer.SEP_ID
+  ids[:, 16:] = tokenizer.PAD_ID
+  mask = (ids != tokenizer.PAD_ID).astype(np.int32)
+  masked, labels, weights = globetrotter._mask_tokens(jax.random.PRNGKey(0), jnp.asarray(ids), jnp.asarray(mask),
+                                                      0.15, 1000)
+  masked, weights = np.asarray(masked), np.asarray(weights)
+  np.testing.assert_array_equal(labels, ids)
+  assert np.all(weights[:, [0, 15, 16, 17, 18, 19]] == 0)
+  assert np.all(masked[weights == 0] == ids[weights == 0])
+  assert abs(weights[:, 1:15].mean() - 0.15) < 0.015
+  picked = masked[weights > 0]
+  assert abs(np.mean(picked == tokenizer.MASK_ID) - 0.8) < 0.04
+  assert abs(np.mean(picked == 7) - 0.1) < 0.04 + 0.002  # Kept (plus random draws of 7 itself).
+
+
+def test_text_only_baseline_has_no_image_parameters():
+  c = tiny_globetrotter_config(variant="text_only")
+  tasks = system.active_tasks(globetrotter.SYSTEM, c)
+  model = globetrotter.build_model(c, tasks)
+  variables = jax.eval_shape(lambda r: system.init_variables(model, tasks, c, r), jax.random.PRNGKey(0))
+  assert set(variables["params"]) == {"text_tower", "mlm_head"}
+  full = tiny_globetrotter_config()
+  tasks = system.active_tasks(globetrotter.SYSTEM, full)
+  model = globetrotter.build_model(full, tasks)
+  variables = jax.eval_shape(lambda r: system.init_variables(model, tasks, full, r), jax.random.PRNGKey(0))
+  assert set(variables["params"]) == {"image_tower", "text_tower", "image_head", "text_head", "mlm_head"}
+  # The cloze head has no output matrix of its own: it reads the token table.
+  assert set(variables["params"]["mlm_head"]) == {"transform", "transform_norm", "output_bias"}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, tiny_vocab):
+  """4 uninterrupted steps: (workdir, result)."""
+  workdir = tmp_path_factory.mktemp("globetrotter_reference")
+  return workdir, train.train_and_evaluate(tiny_globetrotter_config(tiny_vocab), str(workdir), evaluators=[])
+
+
+def test_trains_end_to_end(reference, tiny_vocab):
+  workdir, result = reference
+  lines = [json.loads(l) for l in (workdir / "metrics.jsonl").read_text().splitlines()]
+  assert [l["step"] for l in lines] == [1, 2, 3, 4]
+  for l in lines:
+    parts = l["loss/text_text"] + 0.2 * (l["loss/views"] + l["loss/image_caption"] + l["loss/cloze"])
+    assert np.isfinite(l["loss"]) and l["loss"] == pytest.approx(parts, rel=1e-5)
+  params = result["state"].params
+  init = jax.device_get(jax.jit(train.build(tiny_globetrotter_config(tiny_vocab)).init)(jax.random.PRNGKey(0)))
+  final = jax.device_get(params)
+  for name in ("image_tower", "text_tower", "image_head", "text_head", "mlm_head"):
+    moved = [not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(init.params[name]), jax.tree.leaves(final[name]))]
+    assert any(moved), f"{name} did not train"
+
+
+def test_resumes_bit_exactly(reference, tmp_path_factory, tiny_vocab):
+  config = tiny_globetrotter_config(tiny_vocab)
+  workdir = tmp_path_factory.mktemp("globetrotter_resumed")
+  setup = train.build(config)
+  inner = train.input_pipeline(config, setup, str(workdir))[1]
+  stopped = train.train_and_evaluate(config, str(workdir), train_iter=HookedIterator(inner, 2, sigterm),
+                                     evaluators=[])
+  assert stopped["preempted"] and stopped["step"] == 2
+  resumed = train.train_and_evaluate(config, str(workdir), evaluators=[])
+  assert resumed["step"] == 4
+  for a, b in zip(jax.tree.leaves(jax.device_get(resumed["state"].params)),
+                  jax.tree.leaves(jax.device_get(reference[1]["state"].params))):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_evaluates_translation_by_retrieval(reference, tiny_vocab):
+  workdir, _ = reference
+  results = train.evaluate(tiny_globetrotter_config(tiny_vocab), str(workdir))
+  for lang in LANGS:
+    assert 0.0 <= results[f"translation_retrieval/{lang}"] <= 100.0
+    assert 0.0 <= results[f"{lang}/mR"] <= 100.0
+  assert 0.0 <= results["translation_retrieval/mean"] <= 100.0
+
+
+def test_system_is_in_the_table():
+  assert systems.SYSTEMS["globetrotter"] is globetrotter.SYSTEM
