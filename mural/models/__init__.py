@@ -33,6 +33,7 @@ from mural.models import bert
 from mural.models import efficientnet
 from mural.models import feature_tower
 from mural.models import heads
+from mural.models import hem
 from mural.models import resnet
 from mural.models import word_lstm
 from mural.models.dual_encoder import DualEncoder
@@ -48,6 +49,8 @@ IMAGE_TOWERS = {
 TEXT_TOWERS = {
     "bert": bert.from_config,
     "word_lstm": word_lstm.from_config,  # Per-language words -> per-language FC -> LSTM (MULE).
+    "hem_lstm": hem.from_config,  # Hybrid embedding (specific + latent words) -> LSTM (SMALR).
+    "latent_vocab": hem.pretrain_from_config,  # SMALR's latent-vocabulary pre-training.
 }
 
 

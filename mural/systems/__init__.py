@@ -10,11 +10,13 @@ from mural.systems import align
 from mural.systems import globetrotter
 from mural.systems import mule
 from mural.systems import mural
+from mural.systems import smalr
 
 SYSTEMS = {
     "align": align.SYSTEM,
     "mural": mural.SYSTEM,
     "mule": mule.SYSTEM,
+    "smalr": smalr.SYSTEM,
     "globetrotter": globetrotter.SYSTEM,
 }
 
