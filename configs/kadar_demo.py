@@ -10,7 +10,8 @@ ResNet-50 features). Pass --config.model.image.backbone_workdir=<a
 configs/demo.py workdir>: with a seeded, untrained backbone the features
 carry too little (as MULE's demo found). Four languages, as the paper (en,
 de, fr, cs), with every cross-language pair for c2c. Departures for minutes
-on a CPU: learning rate 1e-3 (the paper's 2e-4 needs ~10x the steps), batch
+on a CPU: learning rate 3e-3 (measured, mean mR: 8 after 600 steps at 2e-4
+with both tasks; c2i alone after 400 steps, 21 at 1e-3 and 37 at 3e-3), batch
 64, evaluation every 100 steps with patience 5 (the paper: 500 and 10), at
 most 1500 steps.
 """
@@ -46,8 +47,8 @@ def get_config():
 
   c.tasks.c2i.batch_size = 64
   c.tasks.c2c.batch_size = 64
-  c.tasks.c2i.learning_rate = 1e-3
-  c.tasks.c2c.learning_rate = 1e-3
+  c.tasks.c2i.learning_rate = 3e-3
+  c.tasks.c2c.learning_rate = 3e-3
   c.total_steps = 1500
 
   c.log_every_steps = 100
