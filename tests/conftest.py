@@ -161,6 +161,7 @@ HEAVY_FIRST = (
     "test_export.py",
     "test_mule.py",
     "test_kadar.py",
+    "test_globetrotter.py",
     "test_multihost.py::test_two_processes_match_one_process",
     "test_multihost.py",
     "test_system.py::test_toy_system_trains_through_the_public_trainer",
