@@ -161,3 +161,21 @@ def test_sigmoid_loss_matches_numpy():
   want = sum(np.log1p(np.exp(-labels[i, j] * z[i, j])) for i in range(4) for j in range(4)) / 4
   got = sigmoid_loss(jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32), 0.5, -2.0, jnp.asarray(valid))
   np.testing.assert_allclose(float(got), want, rtol=1e-5)
+
+
+def test_a_field_no_default_has_is_a_one_line_error():
+  """A misspelt field set in a config file would be ignored: systems.get names it."""
+  from mural import config_lib
+  c = systems.base_config("mural")
+  c.optim.warmup_step = 5
+  with pytest.raises(config_lib.ConfigError,
+                     match=r"^config\.optim\.warmup_step: not a field of system 'mural'; did you mean optim\.warmup_steps\?$"):
+    systems.get(c)
+  # Dicts keyed by data (languages) or by a source kind are free-form; the rest is checked.
+  c = systems.base_config("mural")
+  c.data.synthetic.pairs_per_language = {"sw": 10}
+  c.data.eval_source = dict(name="flickr8k", split="dev")
+  assert systems.get(c) is systems.SYSTEMS["mural"]
+  c.data.synthetic.pair_per_language = {"sw": 10}
+  with pytest.raises(config_lib.ConfigError, match=r"^config\.data\.synthetic\.pair_per_language: "):
+    systems.get(c)
