@@ -218,9 +218,16 @@ def test_assignment_tables():
   assignment, used = hem.compact_assignment(tokens, rows)
   np.testing.assert_array_equal(used, [7, 30])  # Token 3 (row 5 is no word) and 9 are unused: dropped.
   np.testing.assert_array_equal(assignment, [-1, -1, -1, -1, 0, -1, -1, -1, -1, -1, 1, 0])
+  # Words -> FC -> points z; each takes its nearest latent token.
   params = {"token_embed": np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]),
-            "assign_fc": {"kernel": np.array([[2.0, 0.0, 1.0], [0.0, 1.0, 0.5]]), "bias": np.array([0.0, 0.5, 0.0])}}
-  np.testing.assert_array_equal(hem.final_assignment(params), [0, 1, 0])  # Scores [2,.5,1], [0,1.5,.5], [2,1.5,1.5].
+            "assign_fc": {"kernel": np.array([[2.0, 0.0], [0.0, 1.0]]), "bias": np.array([0.0, 0.5])},
+            "token_latent": np.array([[2.0, 0.0], [0.0, 2.0], [2.0, 2.0]])}
+  # z = (2, .5), (0, 1.5), (2, 1.5): nearest (2, 0), (0, 2), (2, 2).
+  np.testing.assert_array_equal(hem.final_assignment(params), [0, 1, 2])
+  z = np.array([[2.0, 0.5]])
+  dist = ((z[:, None] - params["token_latent"][None]) ** 2).sum(-1)
+  scores = np.asarray(hem.token_scores(jnp.asarray(z, jnp.float32), jnp.asarray(params["token_latent"], jnp.float32)))
+  np.testing.assert_allclose(scores - scores.max(), -(dist - dist.min()), rtol=1e-6)  # -||z - e||^2 + const.
 
 
 def test_exploration_rule():
@@ -428,8 +435,9 @@ def test_pretraining_freezes_an_assignment_with_unused_tokens_dropped(pretrained
   assert [l["step"] for l in lines] == [1, 2] and all(np.isfinite(l["loss"]) for l in lines)
   saved = jax.device_get(result["state"].params["text_tower"])
   assert set(saved) == {"token_embed", "assign_fc", "token_latent"}
+  assert all(np.isfinite(l["loss/vq"]) for l in lines)
   config = _main_config(pretrained, words_file)
-  assignment, latent, _ = smalr.hybrid_tables(config)
+  assignment, num_latent, latent, _ = smalr.hybrid_tables(config)
   t = config.model.text
   words = [json.loads(open(words_file).read())["words"][l] for l in LANGS]
   rows = hem.latent_rows(len(LANGS), t.words_per_language, t.specific_words, words)
@@ -439,7 +447,7 @@ def test_pretraining_freezes_an_assignment_with_unused_tokens_dropped(pretrained
   assert np.all(assignment[~rows] == -1)
   np.testing.assert_array_equal(latent, np.asarray(saved["token_latent"])[used])
   model = smalr.build_model(config, system.active_tasks(smalr.SYSTEM, config))
-  assert model.text_tower.num_latent == len(used) <= t.latent_tokens
+  assert model.text_tower.num_latent == num_latent == len(used) <= t.latent_tokens
 
 
 def test_trains_end_to_end(reference, pretrained, words_file):
@@ -457,7 +465,7 @@ def test_trains_end_to_end(reference, pretrained, words_file):
   init = jax.device_get(jax.jit(train.build(config).init)(jax.random.PRNGKey(0)))
   final = jax.device_get(params)
   np.testing.assert_array_equal(init.params["text_tower"]["token_latent"],  # Starts from phase 1's...
-                                smalr.hybrid_tables(config)[1])
+                                smalr.hybrid_tables(config)[2])
   for path, before in jax.tree_util.tree_leaves_with_path(init.params):
     after = final
     for key in path:

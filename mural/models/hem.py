@@ -20,15 +20,24 @@ padding, 1 its unknown word, 2 + k its k-th most frequent word):
 
 LatentVocabTower ('latent_vocab'): the latent-vocabulary pre-training. A
 word's features (FastText, fixed, when given; otherwise learned vectors:
-on the built-in data there is no FastText) -> FC -> scores over the T latent
-tokens; the word takes the best token or, with probability explore_p, one
-drawn uniformly among the explore_top best (the exploration rule,
-p = 0.2, M = 20); the sentence is the mean of its words' latent features.
-Hard assignment is not differentiable; where the paper is silent we pass the
-gradient straight through the softmax over the scores (forward: the chosen
-token's features; backward: as if the softmax-weighted mixture), so the FC
-learns which token a word should take and the features learn from the words
-that take them.
+on the built-in data there is no FastText) -> FC -> a point z in the latent
+space; the word takes the nearest latent token (hard attention predicted
+from the word's features) or, with probability explore_p, one drawn
+uniformly among the explore_top nearest (the exploration rule, p = 0.2,
+M = 20); the sentence is the mean of its words' token features. Where the
+paper is silent on how a hard choice learns: as VQ-VAE (van den Oord et al.
+2017), the triplet loss's gradient passes straight through the choice to z,
+the chosen token's features move to z and z is held near them (aux 'vq':
+||sg(z) - e||^2 + 0.01 ||z - sg(e)||^2, added to the task's loss; a
+commitment of 0.25, VQ-VAE's, outweighs a triplet loss of margin 0.05 and
+pulled every z onto the tokens). The
+paper's "sentence representations obtained by feeding FastText embeddings
+into a fully connected layer" are trained too (aux 'continuous': the mean of
+the z; the task adds their triplet loss): without them every word fell onto
+one token on the built-in data (identical sentences are a fixed point of the
+triplet loss on token features), as it did with a softmax straight-through
+estimator tried first. Exploration also gives tokens no word is nearest to
+a share of the words, hence gradient.
 
 Where the assignment lives, and why: it is a constant of the HEM tower
 (never a parameter: an int table has no gradient and nothing to decay),
@@ -144,7 +153,8 @@ def explore(logits: jax.Array, rng: jax.Array, p: float, top: int) -> jax.Array:
 
 
 class LatentVocabTower(nn.Module):
-  """Latent-vocabulary pre-training (see the module docstring). Returns (u [B, latent_dim], aux)."""
+  """Latent-vocabulary pre-training (see the module docstring). Returns (u [B, latent_dim], aux);
+  aux['vq']: the quantisation term the pre-training task adds to its triplet loss."""
   num_languages: int
   words_per_language: int
   word_dim: int = 300
@@ -152,6 +162,7 @@ class LatentVocabTower(nn.Module):
   latent_dim: int = 50
   explore_p: float = 0.2
   explore_top: int = 20
+  commitment: float = 0.01
   word_init: Optional[np.ndarray] = None  # [L * N, word_dim] FastText (kept fixed) or None (learned).
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
@@ -167,30 +178,42 @@ class LatentVocabTower(nn.Module):
                    (self.num_languages * self.words_per_language, self.word_dim), self.param_dtype)
     if self.word_init is not None:  # FastText features are inputs, not trained.
       table = jax.lax.stop_gradient(table)
-    words = jnp.take(table, ids, axis=0).astype(self.dtype)
-    logits = nn.Dense(self.num_latent, name="assign_fc", dtype=self.dtype, param_dtype=self.param_dtype,
-                      kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(),
-                                                               ("token_embed", "vocab")),
-                      bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)))(words)
+    words = jnp.take(table, ids, axis=0).astype(jnp.float32)
+    z = nn.Dense(self.latent_dim, name="assign_fc", param_dtype=self.param_dtype,
+                 kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(),
+                                                          ("token_embed", "embed")),
+                 bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)))(words)
     latent = _param(self, "token_latent", nn.initializers.normal(self.latent_dim ** -0.5),
                     ("vocab", "token_embed"), (self.num_latent, self.latent_dim), self.param_dtype)
-    rng = self.make_rng("dropout") if train else None
-    choice = explore(logits, rng, self.explore_p, self.explore_top) if train else jnp.argmax(logits, -1)
-    hard = jnp.take(latent, choice, axis=0).astype(jnp.float32)
-    soft = jax.nn.softmax(logits.astype(jnp.float32), axis=-1) @ latent.astype(jnp.float32)
-    features = hard + soft - jax.lax.stop_gradient(soft)  # Straight through: forward = hard.
+    latent = latent.astype(jnp.float32)
+    scores = token_scores(z, latent)
+    choice = explore(scores, self.make_rng("dropout"), self.explore_p, self.explore_top) if train else (
+        jnp.argmax(scores, -1))
+    hard = jnp.take(latent, choice, axis=0)
+    features = z + jax.lax.stop_gradient(hard - z)  # Forward: the token's features; backward: to z.
     weights = (mask > 0).astype(jnp.float32)[..., None]
     u = jnp.sum(features * weights, 1) / jnp.maximum(jnp.sum(weights, 1), 1.0)
-    return u, {"mean": u, "mule": u, "lang": lang}
+    sq = lambda x: jnp.sum(x * x, -1, keepdims=True)
+    vq = (sq(jax.lax.stop_gradient(z) - hard) + self.commitment * sq(z - jax.lax.stop_gradient(hard)))
+    vq = jnp.sum(vq * weights) / jnp.maximum(jnp.sum(weights), 1.0)
+    continuous = jnp.sum(z * weights, 1) / jnp.maximum(jnp.sum(weights, 1), 1.0)
+    return u, {"mean": u, "mule": u, "lang": lang, "vq": vq, "continuous": continuous}
+
+
+def token_scores(z: jax.Array, latent: jax.Array) -> jax.Array:
+  """[..., D] word points, [T, D] latent features -> [..., T] scores, -||z - latent_t||^2 up to a
+  per-row constant (the nearest token scores highest)."""
+  return 2.0 * z @ latent.T - jnp.sum(latent * latent, -1)
 
 
 def final_assignment(text_params, word_rows: Optional[np.ndarray] = None, chunk: int = 8192) -> np.ndarray:
-  """int32 [L * N]: the best latent token of every id under a pre-trained LatentVocabTower's params
-  (argmax, no exploration). word_rows: the FastText table it read (None: its learned table)."""
+  """int32 [L * N]: the nearest latent token of every id under a pre-trained LatentVocabTower's
+  params (no exploration). word_rows: the FastText table it read (None: its learned table)."""
   rows = np.asarray(text_params["token_embed"] if word_rows is None else word_rows, np.float32)
   kernel = jnp.asarray(text_params["assign_fc"]["kernel"], jnp.float32)
   bias = jnp.asarray(text_params["assign_fc"]["bias"], jnp.float32)
-  best = jax.jit(lambda x: jnp.argmax(x @ kernel + bias, axis=-1))
+  latent = jnp.asarray(text_params["token_latent"], jnp.float32)
+  best = jax.jit(lambda x: jnp.argmax(token_scores(x @ kernel + bias, latent), axis=-1))
   return np.concatenate([np.asarray(best(rows[i:i + chunk])) for i in range(0, len(rows), chunk)]).astype(np.int32)
 
 
@@ -258,14 +281,14 @@ class SmalrDualEncoder(MultilingualDualEncoder):
 
 
 def from_config(text_config, dtype, param_dtype) -> HybridEmbeddingTower:
-  """config.model.text + what the system sets (num_languages, assignment, latent_init,
-  specific_init: mural/systems/smalr.py hybrid_tables) -> the HEM tower."""
+  """config.model.text + what the system sets (num_languages, assignment, num_latent,
+  latent_init, specific_init: mural/systems/smalr.py hybrid_tables) -> the HEM tower."""
   t = text_config
   assignment = np.asarray(t.assignment, np.int32)
   return HybridEmbeddingTower(
       num_languages=int(t.num_languages), words_per_language=int(t.words_per_language),
       specific_words=int(t.specific_words), assignment=assignment,
-      num_latent=int(assignment.max()) + 1 if assignment.size and assignment.max() >= 0 else 0,
+      num_latent=int(t.num_latent),
       specific_dim=int(t.specific_dim), latent_dim=int(t.latent_dim), hem_dim=int(t.hem_dim),
       lstm_dim=int(t.lstm_dim), output_dim=int(t.output_dim), specific_init=t.get("specific_init"),
       latent_init=t.get("latent_init"), dtype=dtype, param_dtype=param_dtype)

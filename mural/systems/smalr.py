@@ -34,7 +34,9 @@ Tasks (per-task Adam, as MULE; the weights are the paper's lambdas, Eq. 4):
       1e-4 L_mask: both sentences masked, each representation (u and s) of
       the two concatenated into the shared FC predicting what is missing from
       each, ||l2(S^m + S') - l2(S)|| per sentence (Eq. 2).
-  latent (phase 1 only).
+  latent (phase 1 only): the top-K triplet loss between the two sentences as means
+      of their tokens' features and as means of their words' FC points, + the
+      quantisation term of the nearest-token choice (hem.py).
   L_mm needs images and L_mask needs two captions of one image: on the
   built-in data an image-caption batch never holds two captions of an image,
   so L_mask and L_nc read the text-pair source, as MULE's NC does; and since
@@ -313,12 +315,19 @@ def latent_task(config) -> system.Task:
   margin, k = float(c.margin), int(c.top_k)
 
   def forward(model, batch, train):
-    return {side: model.text_features(batch[f"{side}_ids"], batch[f"{side}_mask"], train)[0]
-            for side in ("left", "right")}
+    out = {}
+    for side in ("left", "right"):
+      out[side], aux = model.text_features(batch[f"{side}_ids"], batch[f"{side}_mask"], train)
+      out[f"vq_{side}"], out[f"continuous_{side}"] = aux["vq"], aux["continuous"]
+    return out
 
   def loss(out, batch):
     total, parts = losses.top_k_triplet_loss(out["left"], out["right"], margin, k, batch["valid"])
-    return total, {"loss/latent_l2r": parts["x2y"], "loss/latent_r2l": parts["y2x"]}
+    continuous, _ = losses.top_k_triplet_loss(out["continuous_left"], out["continuous_right"], margin, k,
+                                              batch["valid"])
+    vq = (out["vq_left"] + out["vq_right"]) / 2
+    return total + continuous + vq, {"loss/latent_l2r": parts["x2y"], "loss/latent_r2l": parts["y2x"],
+                                     "loss/latent_continuous": continuous, "loss/vq": vq}
 
   return system.task_from_config(config, "latent", input=inputs.TEXT_PAIR_LANG, forward=forward, loss=loss,
                                  updates_batch_stats=False)
@@ -352,8 +361,8 @@ def _fasttext(config):
 
 
 def hybrid_tables(config):
-  """(assignment [L*N], latent features [U, latent_dim] or None, specific vectors or None): the
-  frozen hybrid vocabulary of config (see the module docstring, phase 2)."""
+  """(assignment [L*N], U latent tokens kept, latent features [U, latent_dim] or None, specific
+  vectors or None): the frozen hybrid vocabulary of config (see the module docstring, phase 2)."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   from mural.models import hem  # pylint: disable=g-import-not-at-top
   t = config.model.text
@@ -365,7 +374,7 @@ def hybrid_tables(config):
     specific = np.concatenate(blocks)
   rows = hem.latent_rows(num_langs, n, k, _words(config))
   if not t.latent_tokens:
-    return np.full(num_langs * n, -1, np.int32), None, specific
+    return np.full(num_langs * n, -1, np.int32), 0, None, specific
   if t.latent_workdir:
     from mural import checkpointing  # pylint: disable=g-import-not-at-top
     try:
@@ -386,7 +395,7 @@ def hybrid_tables(config):
   if latent is None:
     assignment = np.where(rows, tokens, -1).astype(np.int32)
     used = np.arange(t.latent_tokens)
-  return assignment, (latent[used] if latent is not None else None), specific
+  return assignment, len(used), (latent[used] if latent is not None else None), specific
 
 
 def build_model(config, active: Sequence[system.Task]):
@@ -404,7 +413,7 @@ def build_model(config, active: Sequence[system.Task]):
   if t.name == "latent_vocab":
     section.word_init = _fasttext(config) if t.embeddings_path else None
   else:
-    section.assignment, section.latent_init, section.specific_init = hybrid_tables(config)
+    section.assignment, section.num_latent, section.latent_init, section.specific_init = hybrid_tables(config)
   text = models.TEXT_TOWERS[t.name](section, dtype, param_dtype)
   names = {task.name for task in active}
   classifier = (multilingual.LanguageClassifier(num_langs, dtype=dtype, param_dtype=param_dtype)

@@ -1,0 +1,66 @@
+"""SMALR on real data: Flickr8k photos with captions in six languages, Multi30k sentence pairs.
+
+    python -m mural.main --config=configs/smalr_flickr8k.py:pretrain --workdir=/tmp/smalr_f8k_lv
+    python -m mural.main --config=configs/smalr_flickr8k.py --workdir=/tmp/smalr_f8k \
+        --config.model.text.latent_workdir=/tmp/smalr_f8k_lv \
+        --config.data.word_vocab_path=/tmp/smalr_f8k_lv/words.json \
+        --config.model.image.backbone_workdir=/tmp/mural_flickr8k
+
+  mm: flickr8k_1k train split (en, zh, ar, de, fr, cs), L_mm on sentences and masked
+      sentences + LC;
+  pairs, latent: Multi30k task 1 translations between en, de, fr, cs (sentences of the
+      same Flickr30k images; Multi30K is the paper's own dataset);
+  eval: flickr8k_1k dev split (113 images): mR per language; CLC-C trains on the first
+      50 images, the plain query, CLC-A and CLC-C are compared on the other 63. A
+      language without a caption of an image gives its query's own score there.
+The frozen backbone is configs/flickr8k.py's image tower (train it first, as
+for configs/mule_flickr8k.py). K = 1000 specific words per language of 8000
+rows, 4000 latent tokens. About 750 training images: this checks the whole
+path on real photos and text, it gives no paper numbers.
+"""
+
+from mural import systems
+from mural.systems import smalr
+
+LANGUAGES = ["en", "zh", "ar", "de", "fr", "cs"]
+
+
+def get_config(ablation: str = "smalr"):
+  c = systems.base_config("smalr")
+  c.model.image.variant = "b0"
+  c.model.image.width_coefficient = 0.5
+  c.model.image.depth_coefficient = 0.5
+  c.model.image.hidden_dim = 1024
+  c.model.image.output_dim = 256
+  t = c.model.text
+  t.words_per_language = 8000
+  t.specific_words = 1000
+  t.latent_tokens = 4000
+  t.hem_dim = 256
+  t.lstm_dim = 512
+  t.output_dim = 256
+  t.max_len = 48
+
+  c.tasks.mm.sources = [dict(name="flickr8k", weight=1.0, languages=LANGUAGES)]
+  pairs = [dict(name="multi30k", weight=1.0, kinds=["translation"], languages=["en", "de", "fr", "cs"])]
+  for name in ("mm", "pairs", "latent"):
+    c.tasks[name].batch_size = 128
+    c.tasks[name].learning_rate = 3e-4
+  c.tasks.pairs.sources = pairs
+  c.tasks.latent.sources = pairs
+  c.optim.warmup_steps = 200
+  c.total_steps = 3000
+
+  c.data.languages = LANGUAGES
+  c.data.word_min_count = 2
+  c.data.image_size = 128
+  c.data.eval_resize = 146
+  c.data.shuffle_buffer = 20_000
+  c.data.eval_source = dict(name="flickr8k", split="dev")
+  c.clc.validation_images = 50
+
+  c.log_every_steps = 50
+  c.eval_every_steps = 500
+  c.checkpoint_every_steps = 500
+  c.eval_batch_size = 128
+  return smalr.apply_ablation(c, ablation)
