@@ -160,6 +160,7 @@ HEAVY_FIRST = (
     "test_checkpointing.py",
     "test_export.py",
     "test_mule.py",
+    "test_smalr.py",
     "test_kadar.py",
     "test_globetrotter.py",
     "test_multihost.py::test_two_processes_match_one_process",
