@@ -199,8 +199,8 @@ def test_resnet_tower_is_in_the_table_and_runs_small():
   tower = models.IMAGE_TOWERS["resnet"](section, jnp.float32, jnp.float32)
   assert isinstance(tower, resnet.ResNet) and tower.output_dim == 32
   x = jnp.asarray(np.random.default_rng(0).normal(size=(2, 32, 32, 3)), jnp.float32)
-  variables = tower.init(jax.random.PRNGKey(0), x, train=False)
-  (pooled, aux), updates = tower.apply(variables, x, train=True, mutable=["batch_stats"])
+  variables = jax.jit(lambda x: tower.init(jax.random.PRNGKey(0), x, train=False))(x)
+  (pooled, aux), updates = jax.jit(lambda v, x: tower.apply(v, x, train=True, mutable=["batch_stats"]))(variables, x)
   assert pooled.shape == (2, 32) and aux["feature_map"].shape == (2, 1, 1, 32)
   # Blocks start as the identity (zero-initialised last BN scale), so the output is finite
   # and nonzero; train mode updates the running statistics.
@@ -215,12 +215,13 @@ def test_resnet_tower_is_in_the_table_and_runs_small():
 def _naive_multiway(emb, scene, lang):
   """Per query: sort the other sentences by similarity (stable), count translations in the top M - 1."""
   m = len(set(lang.tolist()))
-  scores = []
+  scores, same = [], []
   for q in range(len(emb)):
     others = [k for k in range(len(emb)) if k != q]
     ranked = sorted(others, key=lambda k: -float(emb[q] @ emb[k]))
     scores.append(sum(scene[k] == scene[q] for k in ranked[:m - 1]) / (m - 1))
-  return 100 * np.mean(scores)
+    same.append(sum(lang[k] == lang[q] for k in ranked[:m - 1]) / (m - 1))
+  return 100 * np.mean(scores), 100 * np.mean(same)
 
 
 def test_multiway_translation_score_by_hand_and_against_a_loop():
@@ -235,13 +236,27 @@ def test_multiway_translation_score_by_hand_and_against_a_loop():
   # Query 5: scene-0 sentences (0.8) beat 3, 4 (0.6): 0/2.
   np.testing.assert_allclose(got["mean"], 100 * 5 / 6)
   np.testing.assert_allclose([got[0], got[1], got[2]], [100, 100, 50])
+  assert got["same_language"] == 0.0  # Every top-2 entry is in another language.
   rng = np.random.default_rng(0)
   emb = rng.normal(size=(5 * 4, 3))
   scene, lang = np.repeat(np.arange(5), 4), np.tile(np.arange(4), 5)
-  np.testing.assert_allclose(tr.multiway_translation_score(emb, scene, lang)["mean"],
-                             _naive_multiway(emb, scene, lang))
+  got = tr.multiway_translation_score(emb, scene, lang)
+  np.testing.assert_allclose([got["mean"], got["same_language"]], _naive_multiway(emb, scene, lang))
+  # Languages in separate clusters (each language's sentences near each other): no translation found.
+  clustered = np.eye(4)[lang] + 0.01 * rng.normal(size=(20, 4))
+  got = tr.multiway_translation_score(clustered, scene, lang)
+  assert got["mean"] == 0.0 and got["same_language"] == 100.0
   with pytest.raises(ValueError):
     tr.multiway_translation_score(emb[:-1], scene[:-1], lang[:-1])
+
+
+def test_concept_tokens_find_each_concepts_word():
+  from mural import translation_retrieval as tr
+  # Captions of 4 scenes: token 10 = 'red', 11 = 'blue', 12 = 'circle', 13 = an article in every
+  # caption (F1 2/3 for any concept), 14 in one of the two square scenes (F1 2/3): no word for 'square'.
+  concepts = [{"red", "circle"}, {"blue", "circle"}, {"red", "square"}, {"blue", "square"}]
+  tokens = [{10, 12, 13}, {11, 12, 13}, {10, 13, 14}, {11, 13}]
+  assert tr.concept_tokens(tokens, concepts) == {"red": 10, "blue": 11, "circle": 12}
 
 
 def _rotation(d, seed, angle=None):
@@ -482,6 +497,9 @@ def test_evaluates_translation_by_retrieval(reference, tiny_vocab):
     assert 0.0 <= results[f"translation_retrieval/{lang}"] <= 100.0
     assert 0.0 <= results[f"{lang}/mR"] <= 100.0
   assert 0.0 <= results["translation_retrieval/mean"] <= 100.0
+  assert 0.0 <= results["translation_retrieval_tower/mean"] <= 100.0
+  for key in ("word_translation/nn", "word_translation/procrustes"):
+    assert 0.0 <= results.get(key, 0.0) <= 100.0
 
 
 def test_system_is_in_the_table():

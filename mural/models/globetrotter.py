@@ -3,7 +3,7 @@ each to the shared space, and a masked-LM head on the text tower's sequence outp
 
 Methods: `embed_images` / `embed_texts` (the evaluators' and export's
 interface: head 'image' / 'text', '' or None for the tower output),
-`text_sequence` (the tower's per-token outputs) and `mlm_logits` (the cloze
+`embed_texts(..., MEAN_POOL)` the mean of the token outputs, `text_sequence` (the tower's per-token outputs) and `mlm_logits` (the cloze
 head over the vocabulary, its output layer tied to the token table as in
 BERT). Embeddings come back float32 and unnormalised (losses normalise).
 """
@@ -14,6 +14,8 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from mural.models import bert
+
+MEAN_POOL = "mean_pool"  # embed_texts' name for the mean of the token outputs (no head).
 
 
 class MlmHead(nn.Module):
@@ -53,7 +55,14 @@ class GlobetrotterModel(nn.Module):
     return self._project(x, head).astype(jnp.float32)
 
   def embed_texts(self, ids, mask, head: Optional[str] = "text", train: bool = False):
-    x, _ = self.text_tower(ids, mask, train=train)
+    """head 'text': the prediction head; '' / None: the [CLS] output; MEAN_POOL: the mean of the
+    tower's outputs over the caption's tokens (the usual sentence vector of a masked LM, which
+    trains no [CLS] output: the text-only baseline's)."""
+    x, aux = self.text_tower(ids, mask, train=train)
+    if head == MEAN_POOL:
+      weights = (mask > 0).astype(jnp.float32)[..., None]
+      pooled = jnp.sum(aux["sequence"].astype(jnp.float32) * weights, axis=1)
+      return pooled / jnp.maximum(jnp.sum(weights, axis=1), 1.0)
     return self._project(x, head).astype(jnp.float32)
 
   def text_sequence(self, ids, mask, train: bool = False):

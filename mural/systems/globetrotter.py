@@ -228,17 +228,33 @@ def retrieval_heads(config, active):
 
 
 def evaluators(config, active: Sequence[system.Task], tokenizer):
-  """Translation by retrieval over every eval language (the paper's metric) with the text head,
-  image<->text retrieval per language, word translation by Procrustes over the token table."""
+  """Translation by retrieval over every eval language (the paper's metric): with the text head
+  ('translation_retrieval/...', when a loss trains it), with the text tower's [CLS] output
+  ('translation_retrieval_tower/...') and with the mean of its token outputs
+  ('translation_retrieval_mean_pool/...': the text-only baseline has no head); image<->text retrieval
+  per language when the images are trained; on the built-in data, word translation over the
+  token table's rows (nearest neighbours, and Procrustes on mutual-nearest-neighbour anchors)."""
   del active
   from mural import evaluate  # pylint: disable=g-import-not-at-top
   from mural import translation_retrieval  # pylint: disable=g-import-not-at-top
   from mural.data import eval_data  # pylint: disable=g-import-not-at-top
+  from mural.models import globetrotter as model_lib  # pylint: disable=g-import-not-at-top
   retrieval, _ = eval_data.build_eval_sets(config, tokenizer)
   if not retrieval:
     return []
-  return [translation_retrieval.MultiwayTranslation(retrieval, head="text"),
-          evaluate.Retrieval(retrieval, text_head="text", image_head="image")]
+  c = config.tasks[TASK]
+  out = []
+  if c.lambda_t > 0 or c.lambda_x > 0:
+    out.append(translation_retrieval.MultiwayTranslation(retrieval, head="text"))
+  out.append(translation_retrieval.MultiwayTranslation(retrieval, head=None, name="translation_retrieval_tower"))
+  out.append(translation_retrieval.MultiwayTranslation(retrieval, head=model_lib.MEAN_POOL,
+                                                       name="translation_retrieval_mean_pool"))
+  if c.lambda_x > 0:
+    out.append(evaluate.Retrieval(retrieval, text_head="text", image_head="image"))
+  if config.data.eval_source.get("name") == "synthetic":
+    words = translation_retrieval.synthetic_word_translation(config, tokenizer, ("text_tower", "token_embed", "embedding"))
+    out += [words] if words else []
+  return out
 
 
 SYSTEM = system.System(name="globetrotter", get_config=get_config, tasks=tasks, build_model=build_model,
