@@ -192,21 +192,19 @@ def test_resnet_parameter_counts_match_torchvision(depth, want):
 
 
 def test_resnet_tower_is_in_the_table_and_runs_small():
+  """Shapes from abstract evaluation (no compile); the end-to-end test trains it."""
   from mural import models
   from mural.models import resnet
   import ml_collections
   section = ml_collections.ConfigDict(dict(name="resnet", depth=18, width=4, conv_impl="auto"))
   tower = models.IMAGE_TOWERS["resnet"](section, jnp.float32, jnp.float32)
   assert isinstance(tower, resnet.ResNet) and tower.output_dim == 32
-  x = jnp.asarray(np.random.default_rng(0).normal(size=(2, 32, 32, 3)), jnp.float32)
-  variables = jax.jit(lambda x: tower.init(jax.random.PRNGKey(0), x, train=False))(x)
-  (pooled, aux), updates = jax.jit(lambda v, x: tower.apply(v, x, train=True, mutable=["batch_stats"]))(variables, x)
+  x = jax.ShapeDtypeStruct((2, 32, 32, 3), jnp.float32)
+  variables = jax.eval_shape(lambda x: tower.init(jax.random.PRNGKey(0), x, train=False), x)
+  (pooled, aux), updates = jax.eval_shape(lambda v, x: tower.apply(v, x, train=True, mutable=["batch_stats"]),
+                                          variables, x)
   assert pooled.shape == (2, 32) and aux["feature_map"].shape == (2, 1, 1, 32)
-  # Blocks start as the identity (zero-initialised last BN scale), so the output is finite
-  # and nonzero; train mode updates the running statistics.
-  assert np.all(np.isfinite(pooled)) and float(jnp.abs(pooled).sum()) > 0
-  changed = jax.tree.map(lambda a, b: bool(jnp.any(a != b)), variables["batch_stats"], updates["batch_stats"])
-  assert any(jax.tree.leaves(changed))
+  assert jax.tree.structure(updates["batch_stats"]) == jax.tree.structure(variables["batch_stats"])
 
 
 # ---- Translation by retrieval and word translation ------------------------------------
@@ -410,14 +408,11 @@ def test_two_views_come_from_the_pipeline(tiny_vocab):
   c = tiny_globetrotter_config(tiny_vocab)
   tasks = system.active_tasks(globetrotter.SYSTEM, c)
   tok = tokenizer.Tokenizer(tiny_vocab, c.model.text.max_len)
-  batches = [next(pipeline.build_train_iterator(c, tasks, tok))["globetrotter"] for _ in range(2)]
-  b = batches[0]
+  b = next(pipeline.build_train_iterator(c, tasks, tok))["globetrotter"]  # Determinism: the resume test.
   assert b["image"].shape == b["image2"].shape == (8, 32, 32, 3)
   assert set(b) >= set(tasks[0].shapes(c))
   assert np.all(np.abs(b["image"]) <= 1.0) and np.all(np.abs(b["image2"]) <= 1.0)
   assert not np.array_equal(b["image"], b["image2"])  # Two different augmentations.
-  for k in b:
-    np.testing.assert_array_equal(b[k], batches[1][k])  # A pure function of the seed.
 
 
 def test_cloze_masks_word_pieces_only():
@@ -473,6 +468,8 @@ def test_trains_end_to_end(reference, tiny_vocab):
   for name in ("image_tower", "text_tower", "image_head", "text_head", "mlm_head"):
     moved = [not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(init.params[name]), jax.tree.leaves(final[name]))]
     assert any(moved), f"{name} did not train"
+  stats = zip(jax.tree.leaves(init.batch_stats), jax.tree.leaves(jax.device_get(result["state"].batch_stats)))
+  assert all(not np.array_equal(a, b) for a, b in stats)  # The ResNet's running statistics moved.
 
 
 def test_resumes_bit_exactly(reference, tmp_path_factory, tiny_vocab):
