@@ -20,6 +20,7 @@ from mural import systems
 
 def get_config():
   c = systems.base_config("kadar")
+  c.model.image.include_head = True  # The frozen B5 with its head conv: 2048-d features, as ResNet-50's.
   c.data.synthetic.eval_scenes = 1000  # Multi30K's 2016 test split has 1k images.
   c.eval_batch_size = 500
   return c
