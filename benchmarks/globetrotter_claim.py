@@ -22,7 +22,13 @@ the token table (nearest neighbour, and Procrustes on mutual-nearest-neighbour
 anchors; gold words found in the aligned eval captions). One wordpiece vocabulary,
 learned by the first run, serves both. Prints the table and the ratio
 (Globetrotter's claim here: >= 2x the text-only baseline); workdirs stay
-under --workdir.
+under --workdir (--report_only prints their table again).
+
+Measured (2 shared CPU cores; mean over languages, %):
+  seed 0 (10 min 07 s): Globetrotter 17.3, text only 0.0 ([CLS] and mean pool;
+         100% of each query's top 7 in its own language); word translation
+         15.6 / 21.9 (NN / Procrustes) vs 3.2 / 7.8;
+  seed 1 (7 min 55 s):  12.9 vs 0.0; word translation 11.6 / 18.0 vs 3.0 / 7.3.
 """
 
 import argparse
