@@ -194,9 +194,19 @@ REMAT_POLICIES = ("none", "full", "dots")  # mural/models/remat.py maps each to 
 GRAD_ACCUM_MODES = ("cached", "independent")  # mural/train.py: make_grad_fn.
 
 
-def _require(ok: bool, field: str, message: str):
+def require(ok: bool, field: str, message: str):
+  """The one-line error every config check raises: `config.<field>: <message>`."""
   if not ok:
     raise ConfigError(f"config.{field}: {message}")
+
+
+def positive_int(section, name: str, field: str, minimum: int = 1):
+  """section[name] is an int >= minimum (field: the section's dotted name)."""
+  v = section[name]
+  require(isinstance(v, int) and v >= minimum, f"{field}.{name}", f"must be an int >= {minimum}, got {v!r}")
+
+
+_require = require
 
 
 def _validate_data(d: ml_collections.ConfigDict) -> None:

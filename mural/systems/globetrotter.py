@@ -104,9 +104,7 @@ def apply_variant(config, name: str):
   return config
 
 
-def _require(ok: bool, field: str, message: str):
-  if not ok:
-    raise config_lib.ConfigError(f"config.{field}: {message}")
+_require = config_lib.require
 
 
 def validate(config) -> None:

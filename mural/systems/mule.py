@@ -132,14 +132,8 @@ def get_config() -> ml_collections.ConfigDict:
   return c
 
 
-def _require(ok: bool, field: str, message: str):
-  if not ok:
-    raise config_lib.ConfigError(f"config.{field}: {message}")
-
-
-def _positive_int(section, name: str, field: str, minimum: int = 1):
-  v = section[name]
-  _require(isinstance(v, int) and v >= minimum, f"{field}.{name}", f"must be an int >= {minimum}, got {v!r}")
+_require = config_lib.require
+_positive_int = config_lib.positive_int
 
 
 def validate(config) -> None:

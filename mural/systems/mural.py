@@ -63,9 +63,7 @@ def get_config() -> ml_collections.ConfigDict:
   return c
 
 
-def _require(ok: bool, field: str, message: str):
-  if not ok:
-    raise config_lib.ConfigError(f"config.{field}: {message}")
+_require = config_lib.require
 
 
 # How a task computes its in-batch softmax over the global batch (the same maths):

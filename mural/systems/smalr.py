@@ -154,8 +154,8 @@ def get_config() -> ml_collections.ConfigDict:
   return c
 
 
-_require = mule._require  # pylint: disable=protected-access
-_positive_int = mule._positive_int  # pylint: disable=protected-access
+_require = config_lib.require
+_positive_int = config_lib.positive_int
 
 
 def validate(config) -> None:
