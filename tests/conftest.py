@@ -105,6 +105,24 @@ def sigterm(batch):
   return batch
 
 
+def assert_resumes_bit_exactly(config, workdir, reference_params, stop_at: int = 2):
+  """Trains `config` in `workdir`, SIGTERM at step `stop_at`, resumes to config.total_steps:
+  the final params equal `reference_params` (an uninterrupted run's) bit for bit."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from mural import train  # pylint: disable=g-import-not-at-top
+  setup = train.build(config)
+  inner = train.input_pipeline(config, setup, str(workdir))[1]
+  stopped = train.train_and_evaluate(config, str(workdir), train_iter=HookedIterator(inner, stop_at, sigterm),
+                                     evaluators=[])
+  assert stopped["preempted"] and stopped["step"] == stop_at
+  resumed = train.train_and_evaluate(config, str(workdir), evaluators=[])
+  assert resumed["step"] == config.total_steps
+  for a, b in zip(jax.tree.leaves(jax.device_get(resumed["state"].params)),
+                  jax.tree.leaves(jax.device_get(reference_params))):
+    np.testing.assert_array_equal(a, b)
+
+
 @pytest.fixture(scope="session")
 def tiny_vocab(tmp_path_factory) -> str:
   """One vocab for every test that trains the tiny model (learning it is the slow part of set-up).

@@ -309,7 +309,7 @@ def test_word_translation_recovers_a_rotated_vocabulary():
 import json  # pylint: disable=g-import-not-at-top,wrong-import-position
 import os  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from conftest import HookedIterator, load_config, set_fields, sigterm  # pylint: disable=wrong-import-position
+from conftest import assert_resumes_bit_exactly, load_config, set_fields  # pylint: disable=wrong-import-position
 from mural import config_lib  # pylint: disable=wrong-import-position
 from mural import system  # pylint: disable=wrong-import-position
 from mural import systems  # pylint: disable=wrong-import-position
@@ -475,16 +475,7 @@ def test_trains_end_to_end(reference, tiny_vocab):
 def test_resumes_bit_exactly(reference, tmp_path_factory, tiny_vocab):
   config = tiny_globetrotter_config(tiny_vocab)
   workdir = tmp_path_factory.mktemp("globetrotter_resumed")
-  setup = train.build(config)
-  inner = train.input_pipeline(config, setup, str(workdir))[1]
-  stopped = train.train_and_evaluate(config, str(workdir), train_iter=HookedIterator(inner, 2, sigterm),
-                                     evaluators=[])
-  assert stopped["preempted"] and stopped["step"] == 2
-  resumed = train.train_and_evaluate(config, str(workdir), evaluators=[])
-  assert resumed["step"] == 4
-  for a, b in zip(jax.tree.leaves(jax.device_get(resumed["state"].params)),
-                  jax.tree.leaves(jax.device_get(reference[1]["state"].params))):
-    np.testing.assert_array_equal(a, b)
+  assert_resumes_bit_exactly(config, workdir, reference[1]["state"].params)
 
 
 def test_evaluates_translation_by_retrieval(reference, tiny_vocab):

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import HookedIterator, sigterm
+from conftest import assert_resumes_bit_exactly
 from mural import config_lib
 from mural import describe
 from mural import losses
@@ -390,16 +390,7 @@ def test_trains_end_to_end(reference):
 def test_resumes_bit_exactly(reference, tmp_path_factory, words_file):
   config = tiny_mule_config()
   workdir = _workdir(tmp_path_factory, "mule_resumed", words_file)
-  setup = train.build(config)
-  inner = train.input_pipeline(config, setup, str(workdir))[1]
-  stopped = train.train_and_evaluate(config, str(workdir), train_iter=HookedIterator(inner, 2, sigterm),
-                                     evaluators=[])
-  assert stopped["preempted"] and stopped["step"] == 2
-  resumed = train.train_and_evaluate(config, str(workdir), evaluators=[])
-  assert resumed["step"] == 4
-  for a, b in zip(jax.tree.leaves(jax.device_get(resumed["state"].params)),
-                  jax.tree.leaves(jax.device_get(reference[1]["state"].params))):
-    np.testing.assert_array_equal(a, b)
+  assert_resumes_bit_exactly(config, workdir, reference[1]["state"].params)
 
 
 def test_evaluates_per_language(reference):

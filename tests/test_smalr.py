@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import HookedIterator, sigterm
+from conftest import assert_resumes_bit_exactly
 from mural import clc
 from mural import config_lib
 from mural import describe
@@ -476,16 +476,7 @@ def test_trains_end_to_end(reference, pretrained, words_file):
 def test_resumes_bit_exactly(reference, pretrained, words_file, tmp_path_factory):
   config = _main_config(pretrained, words_file)
   workdir = tmp_path_factory.mktemp("smalr_resumed")
-  setup = train.build(config)
-  inner = train.input_pipeline(config, setup, str(workdir))[1]
-  stopped = train.train_and_evaluate(config, str(workdir), train_iter=HookedIterator(inner, 2, sigterm),
-                                     evaluators=[])
-  assert stopped["preempted"] and stopped["step"] == 2
-  resumed = train.train_and_evaluate(config, str(workdir), evaluators=[])
-  assert resumed["step"] == 4
-  for a, b in zip(jax.tree.leaves(jax.device_get(resumed["state"].params)),
-                  jax.tree.leaves(jax.device_get(reference[1]["state"].params))):
-    np.testing.assert_array_equal(a, b)
+  assert_resumes_bit_exactly(config, workdir, reference[1]["state"].params)
 
 
 def test_evaluates_plain_and_cross_lingual(reference, pretrained, words_file):
