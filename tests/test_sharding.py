@@ -1,7 +1,7 @@
 """mural.sharding: mesh sizes, the divisibility fallback, and sharded training == 1 device.
 
 The equivalence test runs the tiny model for 10 steps on 8 forced CPU devices
-as meshes 8x1x1 (data), 2x4x1 (data x fsdp) and 2x1x4 (data x model), in one
+as one 2x2x2 mesh (data x fsdp x model: every axis at once, one compile) in a
 subprocess (the device count is fixed at JAX start-up), then on 1 CPU device in
 the test's own process. Losses must agree to 1e-4
 relative: the in-batch softmax and batch-norm statistics are over the global
@@ -22,7 +22,7 @@ from conftest import ROOT, load_config, tiny_config, xla_flags  # ml_collections
 # Subprocesses share JAX's persistent compilation cache (keyed by program; reruns skip compiles).
 CACHE_ENV = dict(JAX_COMPILATION_CACHE_DIR=os.environ.get("MURAL_TEST_JAX_CACHE", "/tmp/mural_test_jax_cache"),
                  JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
-MESHES = {"8x1x1": (8, 1, 1), "2x4x1": (2, 4, 1), "2x1x4": (2, 1, 4)}
+MESHES = {"2x2x2": (2, 2, 2)}  # Pure data parallelism over 8: tests/test_ring_loss.py.
 
 
 def tiny(vocab_path):
@@ -170,31 +170,28 @@ def test_sharded_training_matches_one_device(tmp_path, tiny_vocab):
     np.testing.assert_allclose(np.asarray(run["batch_stats"]), np.asarray(single["batch_stats"]),
                                rtol=1e-3, atol=1e-5)
     print(name, "bytes on device 0 / in all:", run["bytes"])
-  # What each mesh saves: pure data parallelism holds everything on every
-  # device; FSDP over 4 holds about a quarter of params and optimizer state
-  # (norm and temperature tensors that 4 does not divide stay whole).
-  b = {name: run["bytes"] for name, run in sharded.items()}
-  assert b["8x1x1"]["params_device0"] == b["8x1x1"]["params"] == single["bytes"]["params"]
-  assert b["8x1x1"]["opt_state_device0"] == b["8x1x1"]["opt_state"]
+  # What the mesh saves: FSDP 2 x model 2 holds a quarter of each matrix and of its
+  # moments on a device; biases, norms and the temperature stay whole (measured: 37%
+  # of the parameters and 33% of the optimizer state, where FSDP 2 alone would be >50%).
+  b, one = sharded["2x2x2"]["bytes"], single["bytes"]
+  assert b["params"] == one["params"] and b["opt_state"] == one["opt_state"], (b, one)
   for kind in ("params", "opt_state"):
-    assert b["2x4x1"][f"{kind}_device0"] < 0.3 * b["2x4x1"][kind], b["2x4x1"]
-    assert b["2x1x4"][f"{kind}_device0"] < 0.8 * b["2x1x4"][kind], b["2x1x4"]
+    assert 0.25 * b[kind] < b[f"{kind}_device0"] < 0.4 * b[kind], b
 
-  fsdp = sharded["2x4x1"]["params"]
-  assert fsdp["text_tower/layer_0/mlp_in/kernel"] == "P('fsdp', 'model')"
-  assert fsdp["text_tower/layer_0/mlp_out/kernel"] == "P('model', 'fsdp')"
-  assert fsdp["i2t_head/dense/kernel"] == "P('fsdp',)"
-  assert fsdp["text_tower/embed_norm/scale"] == "P()"
-  assert fsdp["log_temperature"] == "P()"
-  model = sharded["2x1x4"]["params"]
-  assert model["text_tower/token_embed/embedding"] == "P('model', 'fsdp')"
-  assert model["text_tower/layer_0/attention/query/kernel"] == "P('fsdp', 'model')"
+  params = sharded["2x2x2"]["params"]
+  assert params["text_tower/layer_0/mlp_in/kernel"] == "P('fsdp', 'model')"
+  assert params["text_tower/layer_0/mlp_out/kernel"] == "P('model', 'fsdp')"
+  assert params["text_tower/layer_0/attention/query/kernel"] == "P('fsdp', 'model')"
+  assert params["text_tower/token_embed/embedding"] == "P('model', 'fsdp')"
+  assert params["i2t_head/dense/kernel"] == "P('fsdp',)"
+  assert params["text_tower/embed_norm/scale"] == "P()"
+  assert params["log_temperature"] == "P()"
   # Adam moments follow their parameter; counters are replicated.
-  moments = {k: v for k, v in sharded["2x4x1"]["opt_state"].items() if k.endswith("layer_0/mlp_in/kernel")}
+  opt_state = sharded["2x2x2"]["opt_state"]
+  moments = {k: v for k, v in opt_state.items() if k.endswith("layer_0/mlp_in/kernel")}
   assert moments and set(moments.values()) == {"P('fsdp', 'model')"}
-  counts = {k: v for k, v in sharded["2x4x1"]["opt_state"].items() if k.endswith("count")}
+  counts = {k: v for k, v in opt_state.items() if k.endswith("count")}
   assert counts and set(counts.values()) == {"P()"}
-
 
 if __name__ == "__main__":
   _worker(sys.argv[1], sys.argv[2], sys.argv[3:])
