@@ -21,6 +21,15 @@ if "--xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_TEST_XLA_FLAG}".strip()
 
 
+# JAX's persistent compilation cache for every test process and every subprocess
+# they start (keyed by the program, so safe): a program several tests compile (the
+# tiny train step, its evaluation) compiles once per run. MURAL_TEST_JAX_CACHE
+# names a fresh directory to time the suite cold.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
+                      os.environ.get("MURAL_TEST_JAX_CACHE", "/tmp/mural_test_jax_cache"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+
+
 def xla_flags(*extra: str) -> str:
   """XLA_FLAGS for a test's subprocess: the tests' flags above plus `extra`."""
   return " ".join([os.environ["XLA_FLAGS"], *extra])

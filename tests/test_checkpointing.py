@@ -24,10 +24,6 @@ from conftest import ROOT, HookedIterator, sigterm, tiny_config
 from mural import checkpointing
 from mural import train
 
-JAX_CACHE = os.environ.get("MURAL_TEST_JAX_CACHE", "/tmp/mural_test_jax_cache")
-jax.config.update("jax_compilation_cache_dir", JAX_CACHE)
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-
 STEPS = dict(total_steps=10, checkpoint_every_steps=2, keep_checkpoints=5, eval_every_steps=0,
              log_every_steps=1)
 

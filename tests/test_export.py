@@ -28,10 +28,6 @@ from mural import system as system_lib
 from mural import train
 from mural import warm_start
 
-JAX_CACHE = os.environ.get("MURAL_TEST_JAX_CACHE", "/tmp/mural_test_jax_cache")
-jax.config.update("jax_compilation_cache_dir", JAX_CACHE)
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-
 # 100 cheap steps at the demo's rates and temperature; batch-norm statistics that follow the
 # training within them (momentum 0.9), so eval-mode images no longer embed alike.
 OVERRIDES = dict(total_steps=100, eval_every_steps=0, checkpoint_every_steps=100, log_every_steps=50,

@@ -307,7 +307,6 @@ def test_word_translation_recovers_a_rotated_vocabulary():
 # ---- Config, data, and a few steps end to end ------------------------------------------
 
 import json  # pylint: disable=g-import-not-at-top,wrong-import-position
-import os  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from conftest import assert_resumes_bit_exactly, load_config, set_fields  # pylint: disable=wrong-import-position
 from mural import config_lib  # pylint: disable=wrong-import-position
@@ -315,10 +314,6 @@ from mural import system  # pylint: disable=wrong-import-position
 from mural import systems  # pylint: disable=wrong-import-position
 from mural import train  # pylint: disable=wrong-import-position
 from mural.systems import globetrotter  # pylint: disable=wrong-import-position
-
-JAX_CACHE = os.environ.get("MURAL_TEST_JAX_CACHE", "/tmp/mural_test_jax_cache")
-jax.config.update("jax_compilation_cache_dir", JAX_CACHE)
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 
 LANGS = ["en", "de", "sw"]
 

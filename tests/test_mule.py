@@ -7,7 +7,6 @@ JAX's persistent cache) and one learned word vocabulary.
 """
 
 import json
-import os
 import shutil
 
 import jax
@@ -27,10 +26,6 @@ from mural.data import word_vocab
 from mural.models import multilingual
 from mural.models import word_lstm
 from mural.systems import mule
-
-JAX_CACHE = os.environ.get("MURAL_TEST_JAX_CACHE", "/tmp/mural_test_jax_cache")
-jax.config.update("jax_compilation_cache_dir", JAX_CACHE)
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 
 LANGS = ["en", "de", "sw"]
 

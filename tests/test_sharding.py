@@ -19,9 +19,6 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, load_config, tiny_config, xla_flags  # ml_collections only: imports no JAX.
-# Subprocesses share JAX's persistent compilation cache (keyed by program; reruns skip compiles).
-CACHE_ENV = dict(JAX_COMPILATION_CACHE_DIR=os.environ.get("MURAL_TEST_JAX_CACHE", "/tmp/mural_test_jax_cache"),
-                 JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
 MESHES = {"2x2x2": (2, 2, 2)}  # Pure data parallelism over 8: tests/test_ring_loss.py.
 
 
@@ -126,7 +123,7 @@ def _worker(workdir: str, vocab_path: str, meshes):
 
 def _start_worker(workdir, vocab_path, devices, meshes):
   """Popen of the worker; output goes to files."""
-  env = dict(os.environ, **CACHE_ENV, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3",
+  env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3",
              XLA_FLAGS=xla_flags(f"--xla_force_host_platform_device_count={devices}"))
   workdir.mkdir(parents=True)
   out, err = open(workdir / "stdout.txt", "w"), open(workdir / "stderr.txt", "w")
@@ -153,9 +150,6 @@ def test_sharded_training_matches_one_device(tmp_path, tiny_vocab):
   assert sorted(sharded) == sorted(MESHES)
   # The 1-device run, in this process (it has 1 CPU device), after the subprocess: by then
   # test_train has compiled its program into the persistent cache.
-  import jax
-  jax.config.update("jax_compilation_cache_dir", CACHE_ENV["JAX_COMPILATION_CACHE_DIR"])
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
   single = _train_on_mesh(str(tmp_path / "one"), tiny_vocab, "1x1x1")
   assert single["devices"] == 1, single["devices"]
   want = np.asarray(single["losses"])

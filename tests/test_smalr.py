@@ -7,7 +7,6 @@ Tiny sizes; the end-to-end tests share one config (one compiled step) and one wo
 """
 
 import json
-import os
 import shutil
 
 import jax
@@ -28,10 +27,6 @@ from mural.data import vocab
 from mural.data import word_vocab
 from mural.models import hem
 from mural.systems import smalr
-
-JAX_CACHE = os.environ.get("MURAL_TEST_JAX_CACHE", "/tmp/mural_test_jax_cache")
-jax.config.update("jax_compilation_cache_dir", JAX_CACHE)
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 
 LANGS = ["en", "de", "sw"]
 

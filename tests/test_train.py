@@ -26,12 +26,6 @@ from mural import system
 from mural import train
 from mural.state import TrainingError
 
-# Several runs below compile the same step function: JAX's persistent cache
-# turns the later compiles into a lookup (safe: keyed by the program).
-JAX_CACHE = os.environ.get("MURAL_TEST_JAX_CACHE", "/tmp/mural_test_jax_cache")
-jax.config.update("jax_compilation_cache_dir", JAX_CACHE)
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-
 
 def read_jsonl(path):
   return [json.loads(l) for l in pathlib.Path(path).read_text().splitlines()]
