@@ -1,7 +1,9 @@
-"""Two processes x 2 CPU devices (jax.distributed + gloo) train like 1 process x 4 devices.
+"""Two processes x 2 CPU devices (jax.distributed + gloo) train like 1 process x 1 device.
 
 launch/local_multiprocess.py starts this file as a worker in 2 processes on
-127.0.0.1. Both runs read the same global batches: each worker takes the
+127.0.0.1; the reference runs meanwhile in the test's own process, on its one
+CPU device, as test_train's tiny program (a persistent-cache hit when that ran
+first). Both runs read the same global batches: each worker takes the
 1-process stream and keeps its own half of every batch (the real pipeline
 shards by process, which would give the two runs different data). What is
 tested is the trainer across hosts: jax.distributed set-up, batches built
@@ -20,20 +22,23 @@ import time
 import numpy as np
 import pytest
 
-from conftest import ROOT, HookedIterator, tiny_config, xla_flags  # ml_collections only: imports no JAX.
-# No persistent compilation cache here: a process that loads an executable
-# compiled for another process layout (the 1 x 4 reference has the same HLO)
+from conftest import ROOT, HookedIterator, tiny_config  # ml_collections only: imports no JAX.
+# No persistent compilation cache in the workers: a process that loads an
+# executable compiled for another process layout (a 1 x 4 run has the same HLO)
 # runs different collectives than its peer, and gloo fails with a size mismatch.
 NO_CACHE = dict(JAX_ENABLE_COMPILATION_CACHE="false")
-STEPS = 4
+STEPS = 10  # configs/tiny.py's total_steps: the reference is test_train's program.
 
 
-def tiny(vocab_path):
-  return tiny_config(vocab_path, languages=("en", "de"), total_steps=STEPS,
-                     eval_every_steps=0,  # Only the final evaluation.
-                     checkpoint_every_steps=2,  # One checkpoint mid-run, one at the end.
-                     mesh__data=2, mesh__fsdp=-1,  # Exercise FSDP across processes too.
-                     shard_min_size=0)
+def tiny(vocab_path, devices=4):
+  config = tiny_config(vocab_path, languages=("en", "de"),
+                       eval_every_steps=0,  # Only the final evaluation.
+                       checkpoint_every_steps=5)  # One checkpoint mid-run, one at the end.
+  assert config.total_steps == STEPS
+  if devices > 1:
+    config.mesh.data, config.mesh.fsdp = 2, -1  # Exercise FSDP across processes too.
+    config.shard_min_size = 0
+  return config
 
 
 def process_slice(inner, index, count):
@@ -78,40 +83,22 @@ def _losses(workdir):
 
 def test_two_processes_match_one_process(tmp_path, tiny_vocab):
   vocab_path = tiny_vocab
-  # Reference: one process with 4 devices, the ordinary pipeline (same global batches).
-  one = tmp_path / "one"
-  env = dict(os.environ, **NO_CACHE, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3",
-             XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=4"))
-  code = f"""
-import sys; sys.path.insert(0, {str(ROOT / 'tests')!r})
-from test_multihost import tiny
-from mural import train
-import json
-r = train.train_and_evaluate(tiny({vocab_path!r}), {str(one)!r})
-print("RESULT " + json.dumps(r["eval"]))
-"""
-  # The reference and the 2-process run side by side (output to files: no pipe fills up).
-  one_log, two_log = tmp_path / "one.log", tmp_path / "two.log"
-  with open(one_log, "w") as f:
-    reference = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, stdout=f,
-                                 stderr=subprocess.STDOUT, text=True)
   two = tmp_path / "two"
-  with open(two_log, "w") as out, open(tmp_path / "two.err", "w") as err:
+  with open(tmp_path / "two.log", "w") as out, open(tmp_path / "two.err", "w") as err:
     pair = subprocess.Popen([sys.executable, "launch/local_multiprocess.py", "--num_processes=2",
                              "--devices_per_process=2", f"--script={__file__}", "--", str(two), vocab_path],
                             cwd=ROOT, env=dict(os.environ, **NO_CACHE, TF_CPP_MIN_LOG_LEVEL="3"), stdout=out,
                             stderr=err, text=True)
   try:
-    reference.wait(timeout=1200)  # Hang guards: ~2 min on 2 idle cores, far more on a shared machine.
-    pair.wait(timeout=1200)
+    # Reference, meanwhile: one process, one device, the ordinary pipeline (same global batches).
+    from mural import train  # pylint: disable=g-import-not-at-top
+    one = tmp_path / "one"
+    want_eval = train.train_and_evaluate(tiny(vocab_path, devices=1), str(one))["eval"]
+    pair.wait(timeout=1200)  # A hang guard: ~2 min on 2 idle cores, far more on a shared machine.
   finally:
-    for p in (reference, pair):
-      if p.poll() is None:
-        p.kill()
-  out = one_log.read_text()
-  assert reference.returncode == 0, out[-6000:]
-  want_eval = json.loads([l for l in out.splitlines() if l.startswith("RESULT ")][-1][7:])
-  r = subprocess.CompletedProcess(pair.args, pair.returncode, two_log.read_text(),
+    if pair.poll() is None:
+      pair.kill()
+  r = subprocess.CompletedProcess(pair.args, pair.returncode, (tmp_path / "two.log").read_text(),
                                   (tmp_path / "two.err").read_text())
   assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
   results = [json.loads(l.split("RESULT ", 1)[1]) for l in r.stdout.splitlines() if "RESULT " in l]
@@ -121,15 +108,15 @@ print("RESULT " + json.dumps(r["eval"]))
   got, want = np.asarray(_losses(two)), np.asarray(_losses(one))
   assert len(got) == STEPS and np.all(np.isfinite(got))
   rel = np.max(np.abs(got - want) / np.abs(want))
-  print(f"2 processes x 2 devices vs 1 x 4: max relative loss difference {rel:.2e}")
+  print(f"2 processes x 2 devices vs 1 x 1: max relative loss difference {rel:.2e}")
   assert rel < 1e-4, (got, want)
-  # Both processes computed the same evaluation, equal to the 1-process one.
+  # Both processes computed the same evaluation, equal to the 1-device one.
   for x in results:
     assert x["eval"].keys() == want_eval.keys()
     for k, v in want_eval.items():
       assert x["eval"][k] == pytest.approx(v, abs=1e-6), k
   # One checkpoint per save, written jointly, holding both processes' input state.
-  assert sorted(int(p.name) for p in (two / "checkpoints").iterdir() if p.name.isdigit()) == [2, STEPS]
+  assert sorted(int(p.name) for p in (two / "checkpoints").iterdir() if p.name.isdigit()) == [5, STEPS]
   data = json.loads((two / "checkpoints" / str(STEPS) / "data" / "metadata").read_text())
   assert data["process_count"] == 2 and len(data["processes"]) == 2
   assert data["processes"][0] == data["processes"][1]  # Both read the same 1-process stream.
