@@ -336,9 +336,10 @@ class Checkpoints:
     return sorted(names, key=lambda name: (step(name), name), reverse=True)
 
   def restore_latest(self, abstract_state: TrainState, shardings: TrainState, *,
-                     move_aside: bool = True) -> Tuple[Optional[int], Any, Optional[dict]]:
-    """(step, state, this process's data state) of the newest step that reads; (None, None, None)
-    when there is no checkpoint.
+                     move_aside: bool = True, newest: Optional[int] = None
+                     ) -> Tuple[Optional[int], Any, Optional[dict]]:
+    """(step, state, this process's data state) of the newest step that reads (no later than
+    `newest` when given); (None, None, None) when there is no checkpoint.
 
     A step that cannot be read is moved aside (only when `move_aside`:
     evaluation leaves the workdir as it is and just reads the step before),
@@ -348,6 +349,10 @@ class Checkpoints:
     TrainingError when a restore fails for another reason than its files.
     """
     steps = sorted(sharding.allgather_json(list(self._manager.all_steps()))[0], reverse=True)
+    if newest is not None:
+      if newest not in steps:
+        raise FileNotFoundError(f"no checkpoint {newest} in {self.directory} (steps: {sorted(steps)})")
+      steps = [s for s in steps if s <= newest]
     failed = []
     for step in steps:
       report, state, data = self._try_restore(step, abstract_state, shardings)

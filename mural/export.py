@@ -136,7 +136,8 @@ def default_dir(workdir: str, step: int) -> str:
 
 def export(config, workdir: str, export_dir: Optional[str] = None, step: Optional[int] = None,
            saved_model: bool = True, platforms: Sequence[str] = ("cpu", "cuda")) -> str:
-  """Writes the export of checkpoint `step` (default: the newest that reads); returns its directory.
+  """Writes the export of checkpoint `step` (default: read_params's: the best step of an early-stopping
+  run, else the newest that reads); returns its directory.
 
   The directory is written beside its final place and renamed into it (an
   older export there is replaced), so a reader never sees half of one.

@@ -48,7 +48,8 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Checkpoints, metrics.jsonl, Ten
 _MODE = flags.DEFINE_enum("mode", "train", ["train", "eval", "describe", "export", "plan"], "What to do.")
 _DEVICES = flags.DEFINE_integer("devices", None, "--mode=plan: plan for this many (fake CPU) devices.")
 _EXPORT_DIR = flags.DEFINE_string("export_dir", None, "--mode=export: where (default DIR/export/step_<N>).")
-_STEP = flags.DEFINE_integer("step", None, "--mode=export: the checkpoint step (default: the latest).")
+_STEP = flags.DEFINE_integer("step", None, "--mode=eval|export: the checkpoint step (default: the best "
+                             "step of an early-stopping run, else the latest).")
 _COORDINATOR = flags.DEFINE_string("coordinator_address", None,
                                    "host:port of process 0, for multi-process runs.")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Processes in a multi-process run.")
@@ -188,7 +189,7 @@ def main(argv):
       from mural import export  # pylint: disable=g-import-not-at-top
       print(export.export(config, _WORKDIR.value, _EXPORT_DIR.value, _STEP.value))
     else:
-      train.evaluate(config, _WORKDIR.value)
+      train.evaluate(config, _WORKDIR.value, step=_STEP.value)
     minutes, seconds = divmod(round(time.monotonic() - _START), 60)
     logging.info("Done: --mode=%s in %d min %02d s of wall time (start-up, vocabulary and "
                  "compilation included).", _MODE.value, minutes, seconds)

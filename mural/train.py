@@ -451,12 +451,18 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
           "preempted": preempted, "state": state}
 
 
-def evaluate(config, workdir: str, *, evaluators: Optional[Sequence[Any]] = None) -> Dict[str, float]:
-  """Evaluates the latest checkpoint in workdir; writes eval/step_<N>.json like training does."""
+def evaluate(config, workdir: str, *, step: Optional[int] = None,
+             evaluators: Optional[Sequence[Any]] = None) -> Dict[str, float]:
+  """Evaluates checkpoint `step` of workdir (default: the best step an early-stopping run
+  recorded, else the newest); writes eval/step_<N>.json like training does."""
   setup = build(config)
-  checkpoints = checkpointing.Checkpoints(workdir, config.keep_checkpoints)
+  checkpoints = checkpointing.Checkpoints(workdir, config.keep_checkpoints,
+                                          track_best=bool(config.early_stopping.metric))
+  if step is None:
+    step = checkpoints.best_step()
   latest, state, _ = checkpoints.restore_latest(setup.abstract_state, setup.state_shardings,
-                                                move_aside=False)  # Eval leaves the workdir as is.
+                                                move_aside=False,  # Eval leaves the workdir as is.
+                                                newest=step)
   if latest is None:
     raise FileNotFoundError(f"no checkpoint in {checkpoints.directory}; train first (--mode=train)")
   checkpoints.close()

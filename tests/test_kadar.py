@@ -344,9 +344,22 @@ class ScriptedScore:
     return {"mean/rsum": self.scores[self.calls - 1]}
 
 
+class ParamsSeen:
+  """An evaluator that keeps the parameters it is given."""
+
+  def __init__(self):
+    self.params = []
+
+  def run(self, embedder, variables):
+    del embedder
+    self.params.append(jax.device_get(variables["params"]))
+    return {"mean/rsum": 0.0}
+
+
 def test_early_stopping_keeps_the_best_checkpoint(reference, tmp_path_factory, words_file):
   """Best at the 2nd evaluation; patience 2 -> stops after the 4th; step 2's checkpoint is kept
-  (keep_checkpoints=1: the newest, 4, and the best) and restore_params / export read it."""
+  (keep_checkpoints=1: the newest, 4, and the best) and restore_params / export / --mode=eval
+  read it."""
   config = tiny_kadar_config(**{"early_stopping.metric": "mean/rsum", "early_stopping.patience": 2,
                                 "eval_every_steps": 1, "checkpoint_every_steps": 100, "keep_checkpoints": 1,
                                 "total_steps": 4})
@@ -362,6 +375,16 @@ def test_early_stopping_keeps_the_best_checkpoint(reference, tmp_path_factory, w
   _, reference_step2 = checkpointing.read_params(str(reference[0]), 2)  # The same run's step 2.
   for a, b in zip(jax.tree.leaves(variables["params"]), jax.tree.leaves(reference_step2["params"])):
     np.testing.assert_array_equal(a, b)
+  # --mode=eval reads the best step too, or the one --step names.
+  seen = ParamsSeen()
+  train.evaluate(config, str(workdir), evaluators=[seen])
+  train.evaluate(config, str(workdir), step=4, evaluators=[seen])
+  _, step4 = checkpointing.read_params(str(workdir), 4)
+  for got, want in zip(seen.params, (reference_step2, step4)):
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want["params"])):
+      np.testing.assert_array_equal(a, b)
+  with pytest.raises(FileNotFoundError, match="no checkpoint 3 in"):
+    train.evaluate(config, str(workdir), step=3, evaluators=[seen])
   # Patience 2 with a longer budget: the 5th and 6th evaluations never come.
   config.total_steps = 6
   again = train.train_and_evaluate(config, str(workdir), evaluators=[ScriptedScore([9.0] * 3)])
