@@ -412,20 +412,23 @@ def test_two_views_come_from_the_pipeline(tiny_vocab):
 
 def test_cloze_masks_word_pieces_only():
   from mural.data import tokenizer
-  ids = np.full((200, 20), 7, np.int32)
+  first = len(tokenizer.RESERVED_TOKENS)
+  ids = np.random.default_rng(0).integers(first, first + 40, (200, 20)).astype(np.int32)
   ids[:, 0], ids[:, 15] = tokenizer.CLS_ID, tokenizer.SEP_ID
   ids[:, 16:] = tokenizer.PAD_ID
   mask = (ids != tokenizer.PAD_ID).astype(np.int32)
   masked, labels, weights = globetrotter._mask_tokens(jax.random.PRNGKey(0), jnp.asarray(ids), jnp.asarray(mask),
-                                                      0.15, 1000)
+                                                      0.15)
   masked, weights = np.asarray(masked), np.asarray(weights)
   np.testing.assert_array_equal(labels, ids)
   assert np.all(weights[:, [0, 15, 16, 17, 18, 19]] == 0)
   assert np.all(masked[weights == 0] == ids[weights == 0])
   assert abs(weights[:, 1:15].mean() - 0.15) < 0.015
-  picked = masked[weights > 0]
+  picked, original = masked[weights > 0], ids[weights > 0]
   assert abs(np.mean(picked == tokenizer.MASK_ID) - 0.8) < 0.04
-  assert abs(np.mean(picked == 7) - 0.1) < 0.04 + 0.002  # Kept (plus random draws of 7 itself).
+  replaced = picked[(picked != tokenizer.MASK_ID) & (picked != original)]
+  assert abs(len(replaced) / len(picked) - 0.1 * 39 / 40) < 0.04  # Random pieces (1 in 40 is itself).
+  assert set(replaced.tolist()) <= set(ids[:, 1:15].ravel().tolist())  # Pieces of the batch only.
 
 
 def test_text_only_baseline_has_no_image_parameters():

@@ -131,10 +131,14 @@ def validate(config) -> None:
            "must be True for Globetrotter: it learns with no parallel text")
 
 
-def _mask_tokens(rng, ids, mask, rate: float, vocab_size: int):
+def _mask_tokens(rng, ids, mask, rate: float):
   """BERT's cloze input: (masked ids, labels, weights). Of the word pieces (not [CLS], [SEP],
   padding), each is picked with probability `rate`; a picked one becomes [MASK] (80%), a random
-  piece (10%) or stays (10%). weights is 1 on the picked positions."""
+  piece (10%) or stays (10%). weights is 1 on the picked positions.
+
+  The random piece is a word piece drawn from the batch itself (their unigram distribution;
+  BERT draws uniformly over its vocabulary): model.text.vocab_size is only an upper bound of
+  the learned vocabulary, and rows past it are never read otherwise."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from mural.data import tokenizer  # pylint: disable=g-import-not-at-top
@@ -143,7 +147,8 @@ def _mask_tokens(rng, ids, mask, rate: float, vocab_size: int):
   candidate = (mask > 0) & (ids >= first)
   picked = candidate & (jax.random.uniform(pick_rng, ids.shape) < rate)
   u = jax.random.uniform(kind_rng, ids.shape)
-  random_ids = jax.random.randint(token_rng, ids.shape, first, vocab_size)
+  where = jax.random.categorical(token_rng, jnp.where(candidate.ravel(), 0.0, -jnp.inf), shape=ids.shape)
+  random_ids = ids.ravel()[where]  # With no word piece in the batch nothing is picked.
   new = jnp.where(u < 0.8, tokenizer.MASK_ID, jnp.where(u < 0.9, random_ids, ids))
   return jnp.where(picked, new, ids), ids, picked.astype(jnp.float32)
 
@@ -155,7 +160,6 @@ def globetrotter_task(config) -> system.Task:
   c = config.tasks[TASK]
   t, m, rate = float(c.temperature), float(c.margin), float(c.mask_rate)
   lt, lv, lx, lc = float(c.lambda_t), float(c.lambda_v), float(c.lambda_x), float(c.lambda_c)
-  vocab_size = int(config.model.text.vocab_size)
   uses_images, uses_text_head = lt > 0 or lv > 0 or lx > 0, lt > 0 or lx > 0
 
   def forward(model, batch, train):
@@ -168,7 +172,7 @@ def globetrotter_task(config) -> system.Task:
     if uses_text_head:
       out["text"] = model.embed_texts(ids, mask, "text", train)
     if lc > 0:
-      masked, labels, weights = _mask_tokens(model.make_rng("dropout"), ids, mask, rate, vocab_size)
+      masked, labels, weights = _mask_tokens(model.make_rng("dropout"), ids, mask, rate)
       out["mlm_logits"] = model.mlm_logits(model.text_sequence(masked, mask, train))
       out["mlm_labels"], out["mlm_weights"] = labels, weights
     return out
