@@ -78,6 +78,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.optim.layer_adaptation = True  # LAMB's trust ratio (the papers); False: AdamW.
   c.optim.weight_decay = 1e-5  # Masked off biases, norms and the temperature.
   c.optim.warmup_steps = 10_000  # Linear warm-up from 0.
+  c.optim.decay = True  # Linear decay to 0 at total_steps after the warm-up; False: constant.
   c.optim.b1 = 0.9
   c.optim.b2 = 0.999
   c.optim.eps = 1e-6
@@ -303,6 +304,7 @@ def validate(c: ml_collections.ConfigDict) -> None:
   _require(0.0 <= o.b1 < 1.0, "optim.b1", f"must be in [0, 1), got {o.b1}")
   _require(0.0 <= o.b2 < 1.0, "optim.b2", f"must be in [0, 1), got {o.b2}")
   _require(o.eps > 0, "optim.eps", "must be positive")
+  _require(isinstance(o.get("decay", True), bool), "optim.decay", f"must be True or False, got {o.get('decay')!r}")
   _require(isinstance(o.layer_adaptation, bool), "optim.layer_adaptation",
            f"must be True or False, got {o.layer_adaptation!r}")
   _require(o.weight_decay >= 0, "optim.weight_decay", "must be >= 0")

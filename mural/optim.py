@@ -45,11 +45,14 @@ from jax.extend import core as jex_core
 _NO_GRADIENT_PRIMITIVES = ("stop_gradient",)
 
 
-def learning_rate_schedule(peak: float, warmup_steps: int, total_steps: int) -> optax.Schedule:
-  """Linear 0 -> peak over warmup_steps, then linear peak -> 0 at total_steps."""
+def learning_rate_schedule(peak: float, warmup_steps: int, total_steps: int,
+                           decay: bool = True) -> optax.Schedule:
+  """Linear 0 -> peak over warmup_steps, then linear peak -> 0 at total_steps (decay=False: the
+  peak from warmup_steps on, a constant rate such as Kádár et al.'s code trains with)."""
   warmup = optax.linear_schedule(0.0, peak, max(warmup_steps, 1))
-  decay = optax.linear_schedule(peak, 0.0, max(total_steps - warmup_steps, 1))
-  return optax.join_schedules([warmup, decay], [warmup_steps])
+  after = (optax.linear_schedule(peak, 0.0, max(total_steps - warmup_steps, 1)) if decay
+           else optax.constant_schedule(peak))
+  return optax.join_schedules([warmup, after], [warmup_steps])
 
 
 # Flax names of bias and norm parameters: never decayed, whatever their rank
@@ -118,7 +121,8 @@ def lamb(learning_rate, b1: float, b2: float, eps: float, weight_decay: float,
 
 def task_lamb(optim_config, peak_learning_rate: float, total_steps: int) -> optax.GradientTransformation:
   """Clip (optional) + LAMB with masked weight decay and the task's schedule."""
-  schedule = learning_rate_schedule(peak_learning_rate, optim_config.warmup_steps, total_steps)
+  schedule = learning_rate_schedule(peak_learning_rate, optim_config.warmup_steps, total_steps,
+                                    optim_config.get("decay", True))
   tx = lamb(schedule, b1=optim_config.b1, b2=optim_config.b2, eps=optim_config.eps,
             weight_decay=optim_config.weight_decay, layer_adaptation=optim_config.layer_adaptation)
   if optim_config.grad_clip_norm is not None:
@@ -173,5 +177,5 @@ def build(tasks: Sequence, trainable: Mapping[str, Any], optim_config, total_ste
     transforms[task.name] = _only(task_lamb(optim_config, task.learning_rate, total_steps),
                                   trainable[task.name])
     schedules[task.name] = learning_rate_schedule(task.learning_rate, optim_config.warmup_steps,
-                                                  total_steps)
+                                                  total_steps, optim_config.get("decay", True))
   return MultiTaskOptimizer(transforms, schedules)

@@ -10,6 +10,7 @@ import optax
 import pytest
 
 from conftest import load_config, set_fields
+from mural import config_lib
 from mural import optim
 from mural import system
 from mural import systems
@@ -78,6 +79,19 @@ def test_schedule_hand_values():
 def test_schedule_without_warmup_starts_at_peak():
   f = optim.learning_rate_schedule(2.0, warmup_steps=0, total_steps=4)
   assert [float(f(s)) for s in range(6)] == pytest.approx([2.0, 1.5, 1.0, 0.5, 0.0, 0.0])
+
+
+def test_schedule_without_decay_holds_the_peak():
+  f = optim.learning_rate_schedule(2.0, warmup_steps=4, total_steps=8, decay=False)
+  assert [float(f(s)) for s in (0, 2, 4, 7, 8, 1000)] == pytest.approx([0.0, 1.0, 2.0, 2.0, 2.0, 2.0])
+  f = optim.learning_rate_schedule(2.0, warmup_steps=0, total_steps=4, decay=False)
+  assert [float(f(s)) for s in range(6)] == pytest.approx([2.0] * 6)
+
+
+def test_decay_config_error_is_one_line():
+  c = set_fields(load_config("tiny"), optim__decay=None)  # A typed field: only None gets past ConfigDict.
+  with pytest.raises(config_lib.ConfigError, match=r"^config\.optim\.decay: must be True or False"):
+    config_lib.validate(c)
 
 
 # ---- Weight decay mask and LAMB ---------------------------------------------------
