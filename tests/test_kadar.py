@@ -238,6 +238,27 @@ def test_describe_and_system_table():
   assert [t.name for t in only_c2i] == ["c2i"]
 
 
+def test_claim_budgets_count_c2i_steps():
+  """benchmarks/kadar_claim.py: a model with c2c (drawn on half the steps) gets twice the steps and
+  twice the evaluation interval, so every model has the same c2i steps; the rate never decays."""
+  import argparse  # pylint: disable=g-import-not-at-top
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  from conftest import ROOT  # pylint: disable=g-import-not-at-top
+  spec = importlib.util.spec_from_file_location("kadar_claim", ROOT / "benchmarks" / "kadar_claim.py")
+  claim = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(claim)
+  args = argparse.Namespace(seed=0, backbone_workdir="", rich=100, scarce=20, rich_pairs=100, steps=300,
+                            eval_every=50, patience=4)
+  budgets = {}
+  for name, (langs, pairs) in claim.MODELS.items():
+    c = claim.model_config(args, langs, pairs)
+    config_lib.validate(c)
+    assert c.optim.decay is False and c.early_stopping.patience == 4
+    budgets[name] = (c.total_steps, c.eval_every_steps, bool(c.tasks.c2c.weight))
+  assert budgets == {"mono-en": (300, 50, False), "bi-en-de": (600, 100, True), "multi": (600, 100, True),
+                     "multi-c2c": (300, 50, False), "mono-cs": (300, 50, False)}
+
+
 def test_draw_by_weight_draws_each_task_in_proportion():
   tasks = system.active_tasks(kadar.SYSTEM, tiny_kadar_config(**{"tasks.c2i.draw_weight": 0.25,
                                                                  "tasks.c2c.draw_weight": 0.75}))
@@ -311,6 +332,7 @@ def test_trains_one_task_per_step(reference):
     chosen = ["c2i", "c2c"][int(l["task_index"])]
     other = "c2c" if chosen == "c2i" else "c2i"
     assert l["loss"] == pytest.approx(l[f"loss/{chosen}"], rel=1e-6) and l[f"loss/{other}"] == 0.0
+    assert l["lr/c2i"] == l["lr/c2c"] == pytest.approx(1e-2)  # Constant (optim.decay = False).
   params = result["state"].params
   assert set(params) == {"image_tower", "text_tower"}
   assert set(params["image_tower"]) == {"fc_out"}  # The backbone is no parameter.

@@ -29,8 +29,10 @@ every 500 steps (config.early_stopping, a trainer feature).
 Choices where the paper is silent: margin 0.2 and batch 128 (VSE++'s defaults,
 whose code the paper builds on); the early-stopping sum is averaged over the
 evaluated languages; each task has its own Adam state (mural's per-task
-optimizers; the paper: one Adam over both tasks' steps); mural's linear decay
-of the rate to 0 at total_steps (set far beyond where early stopping ends).
+optimizers; the paper: one Adam over both tasks' steps). The rate is constant
+(optim.decay = False: the paper's code, built on VSE++'s, never lowers it);
+mural's default linear decay to 0 at total_steps starved a short run's late
+steps (README, Kádár et al.).
 """
 
 import dataclasses
@@ -97,6 +99,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.optim.weight_decay = 0.0  # ... without decay: Adam.
   c.optim.eps = 1e-8  # PyTorch's (and the paper's "default parameters").
   c.optim.warmup_steps = 0
+  c.optim.decay = False  # A constant rate (the paper's code); no decay to 0 at total_steps.
   c.total_steps = 100_000  # A ceiling: early stopping ends the run.
   c.eval_every_steps = 500  # "evaluated every 500 iterations".
   c.checkpoint_every_steps = 500
