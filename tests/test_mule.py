@@ -205,9 +205,10 @@ def test_word_lstm_tower_matches_numpy(branches):
     ids[r] = lang * n + word_vocab.PAD
     ids[r, :length] = lang * n + rng.integers(1, n, length)
     mask[r, :length] = 1
-  params = tower.init(jax.random.PRNGKey(0), ids, mask)["params"]
+  # Jitted: op by op, the LSTM's scan and every small op would each compile on their own (44 s).
+  params = jax.jit(tower.init)(jax.random.PRNGKey(0), ids, mask)["params"]
   params = jax.tree.map(lambda a: a + 0.1 * jax.random.normal(jax.random.PRNGKey(1), a.shape), nn_unbox(params))
-  s, aux = tower.apply({"params": params}, ids, mask)
+  s, aux = jax.jit(tower.apply)({"params": params}, ids, mask)
   want_s, want_u = np_word_lstm(params, ids, mask, n, branches == "per_language")
   np.testing.assert_allclose(s, want_s, rtol=1e-4, atol=1e-5)
   np.testing.assert_allclose(aux["mule"], want_u, rtol=1e-4, atol=1e-5)
