@@ -354,10 +354,10 @@ def main(argv=None) -> None:
 
   # ---- The production step, built as train_and_evaluate builds it. --------
   setup = train.build(config)
-  state = jax.jit(setup.init, out_shardings=setup.state_shardings)(jax.random.PRNGKey(config.seed))
+  state = setup.init_state(jax.random.PRNGKey(config.seed))
   n_params = sum(x.size for x in jax.tree.leaves(state.params))
   batch = random_batch(setup, config)
-  step = train.jit_train_step(setup, config)
+  step = train.jit_train_step(setup)
   rss_before = peak_rss_bytes()
   t0 = time.perf_counter()
   lowered = step.lower(state, batch)

@@ -53,7 +53,7 @@ def plan(config) -> Dict[str, Any]:
   batch = {task: {k: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=setup.data_sharding)
                   for k, s in shapes.items()}
            for task, shapes in system_lib.batch_shapes(setup.tasks, config).items()}
-  compiled = train.jit_train_step(setup, config).lower(state, batch).compile()
+  compiled = train.jit_train_step(setup).lower(state, batch).compile()
   memory = compiled.memory_analysis()
   cost = compiled.cost_analysis()
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost

@@ -21,6 +21,7 @@ and params as one that never stopped (tests/test_train.py). SIGTERM saves a
 checkpoint at the next step boundary and returns.
 """
 
+import copy
 import dataclasses
 import functools
 from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
@@ -251,21 +252,30 @@ def make_train_step(setup: "Setup", accum_steps: int, accum_mode: str = "cached"
   return train_step
 
 
-def jit_train_step(setup: "Setup", config):
-  """The jitted step with the state and batch shardings and the donation training uses."""
-  batch_shardings = {t.name: {k: setup.data_sharding for k in t.shapes(config)} for t in setup.tasks}
-  return jax.jit(make_train_step(setup, config.optim.grad_accum_steps, config.optim.grad_accum_mode),
-                 in_shardings=(setup.state_shardings, batch_shardings),
-                 out_shardings=(setup.state_shardings, sharding.replicated(setup.mesh)),
-                 donate_argnums=(0,))
+def jit_train_step(setup: "Setup"):
+  """The jitted step with the state and batch shardings and the donation training uses.
+
+  One per Setup (kept on it): a second run on the same Setup neither traces nor compiles."""
+  if setup.jitted_train_step is None:
+    config = setup.config
+    batch_shardings = {t.name: {k: setup.data_sharding for k in t.shapes(config)} for t in setup.tasks}
+    setup.jitted_train_step = jax.jit(
+        make_train_step(setup, config.optim.grad_accum_steps, config.optim.grad_accum_mode),
+        in_shardings=(setup.state_shardings, batch_shardings),
+        out_shardings=(setup.state_shardings, sharding.replicated(setup.mesh)), donate_argnums=(0,))
+  return setup.jitted_train_step
 
 
 # ---------------------------------------------------------------------------
 # Everything built from the config before any data or checkpoint is read.
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)
 class Setup:
+  """What `build` makes of a config. Its jitted functions are made once and kept on it, so
+  runs given the same Setup (`train_and_evaluate(..., setup=)`: a resumed run in the same
+  process, evaluation after training, a notebook) trace and compile nothing again."""
+  config: Any  # A copy of the config it was built from.
   system: system_lib.System
   tasks: Tuple[system_lib.Task, ...]
   mesh: Any
@@ -276,11 +286,31 @@ class Setup:
   abstract_state: TrainState
   state_shardings: TrainState
   data_sharding: NamedSharding
+  jitted_train_step: Any = None  # jit_train_step's.
+  jitted_init: Any = None  # init_state's.
+  embedders: Dict[int, Any] = dataclasses.field(default_factory=dict)  # embedder's, by batch size.
+
+  def init_state(self, rng) -> TrainState:
+    """init(rng), jitted into the state's shardings."""
+    if self.jitted_init is None:
+      self.jitted_init = jax.jit(self.init, out_shardings=self.state_shardings)
+    return self.jitted_init(rng)
+
+  def embedder(self, batch_size: int) -> evaluate_lib.Embedder:
+    if batch_size not in self.embedders:
+      self.embedders[batch_size] = evaluate_lib.Embedder(self.model, self.mesh, self.rules, batch_size)
+    return self.embedders[batch_size]
+
+  def check_built_from(self, config) -> None:
+    """Raises unless `config` is the one this Setup was built from (a run given a Setup)."""
+    if config.to_json_best_effort(sort_keys=True) != self.config.to_json_best_effort(sort_keys=True):
+      raise ValueError("setup= was built from another config; build it from this one (train.build)")
 
 
 def build(config) -> Setup:
   """The system's active tasks, mesh, model, optimizer, abstract state and shardings."""
   config_lib.validate(config)
+  config = copy.deepcopy(config)  # The Setup's own: later changes to the caller's do not reach it.
   # ---- System and mesh -------------------------------------------------------
   system = systems.get(config)
   tasks = system_lib.active_tasks(system, config)
@@ -316,7 +346,7 @@ def build(config) -> Setup:
       opt_state=sharding.like_params(abstract_state.opt_state, abstract_state.params,
                                      param_shardings, mesh),
       batch_stats=jax.tree.map(lambda _: rep, abstract_state.batch_stats), rng=rep)
-  return Setup(system, tasks, mesh, rules, model, optimizer, init, abstract_state, state_shardings,
+  return Setup(config, system, tasks, mesh, rules, model, optimizer, init, abstract_state, state_shardings,
                sharding.batch_sharding(mesh, rules))
 
 
@@ -339,20 +369,25 @@ def _device_batch(local: Dict[str, Dict[str, Any]], shapes, data_sharding):
 
 
 def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] = None,
-                       evaluators: Optional[Sequence[Any]] = None) -> Dict[str, Any]:
+                       evaluators: Optional[Sequence[Any]] = None,
+                       setup: Optional[Setup] = None) -> Dict[str, Any]:
   """Trains config.total_steps steps (resuming from workdir), evaluating as configured.
 
   `train_iter` / `evaluators` replace the configured input pipeline and the
   system's evaluators (tests pass a process-count-independent stream, or no
   evaluators); train_iter must offer the pipeline's interface (next,
-  get_state, set_state, skip_counts). Returns {'step', 'train': last logged
-  metrics, 'eval': last eval results, 'preempted': bool, 'state': the final
-  TrainState}.
+  get_state, set_state, skip_counts). `setup`: `build(config)` made earlier,
+  whose traced and compiled step is reused (another run of the same config in
+  this process). Returns {'step', 'train': last logged metrics, 'eval': last
+  eval results, 'preempted': bool, 'state': the final TrainState}.
   """
   epath.Path(workdir).mkdir(parents=True, exist_ok=True)
 
   # ---- System, mesh, model, optimizer, shapes, shardings (see build) ---------
-  setup = build(config)
+  if setup is None:
+    setup = build(config)
+  else:
+    setup.check_built_from(config)
   logging.info("System %r: tasks %s; mesh %s over %d devices, %d processes.", setup.system.name,
                [t.name for t in setup.tasks], dict(setup.mesh.shape), jax.device_count(),
                jax.process_count())
@@ -367,7 +402,7 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
   shapes = {t.name: tuple(t.shapes(config)) for t in setup.tasks}
 
   # ---- Update step ----------------------------------------------------------
-  train_step = jit_train_step(setup, config)
+  train_step = jit_train_step(setup)
 
   # ---- Restore or initialise ----------------------------------------------
   es = config.early_stopping
@@ -381,14 +416,14 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
       stopper.restore(checkpoints.metrics(latest))
     logging.info("Resumed from %s (step %d).", checkpoints.directory, latest)
   else:
-    state = jax.jit(setup.init, out_shardings=setup.state_shardings)(jax.random.PRNGKey(config.seed))
+    state = setup.init_state(jax.random.PRNGKey(config.seed))
     logging.info("Initialised %d parameters.", sum(x.size for x in jax.tree.leaves(state.params)))
     if config.init_from:
       state = warm_start.load_into(state, config)[0]
   start_step = int(sharding.to_host(state.step))
 
   # ---- Evaluators and logs ------------------------------------------------------
-  embedder = evaluate_lib.Embedder(setup.model, setup.mesh, setup.rules, config.eval_batch_size)
+  embedder = setup.embedder(config.eval_batch_size)
   writer = metric_log.writer(workdir)
   log = metric_log.MetricsLog(workdir, writer, config.total_steps,
                               sum(t.batch_size for t in setup.tasks), start_step)
@@ -452,10 +487,14 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
 
 
 def evaluate(config, workdir: str, *, step: Optional[int] = None,
-             evaluators: Optional[Sequence[Any]] = None) -> Dict[str, float]:
+             evaluators: Optional[Sequence[Any]] = None, setup: Optional[Setup] = None) -> Dict[str, float]:
   """Evaluates checkpoint `step` of workdir (default: the best step an early-stopping run
-  recorded, else the newest); writes eval/step_<N>.json like training does."""
-  setup = build(config)
+  recorded, else the newest); writes eval/step_<N>.json like training does. `setup` as in
+  train_and_evaluate."""
+  if setup is None:
+    setup = build(config)
+  else:
+    setup.check_built_from(config)
   checkpoints = checkpointing.Checkpoints(workdir, config.keep_checkpoints,
                                           track_best=bool(config.early_stopping.metric))
   if step is None:
@@ -471,7 +510,7 @@ def evaluate(config, workdir: str, *, step: Optional[int] = None,
     evaluators = setup.system.evaluators(config, setup.tasks, tokenizer)
   if not evaluators:
     raise ValueError("config.data.eval_source: no evaluation sets to evaluate on")
-  embedder = evaluate_lib.Embedder(setup.model, setup.mesh, setup.rules, config.eval_batch_size)
+  embedder = setup.embedder(config.eval_batch_size)
   writer = metric_log.writer(workdir)
   results = evaluate_lib.run_all(evaluators, embedder, state.variables())
   evaluate_lib.report(results, latest, workdir, writer)

@@ -53,15 +53,16 @@ def config(tiny_vocab):
 
 @pytest.fixture(scope="module")
 def setup(config):
-  """train.build(config): the abstract state and shardings the quick tests restore into."""
+  """train.build(config): the abstract state and shardings the quick tests restore into; every
+  run here is given it (one trace and compile of the step for the module)."""
   return train.build(config)
 
 
 @pytest.fixture(scope="module")
-def reference(config, tmp_path_factory):
+def reference(config, setup, tmp_path_factory):
   """10 steps without a stop: (workdir, result)."""
   workdir = tmp_path_factory.mktemp("reference")
-  return workdir, train.train_and_evaluate(config, str(workdir), evaluators=[])
+  return workdir, train.train_and_evaluate(config, str(workdir), evaluators=[], setup=setup)
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +70,8 @@ def stopped(config, setup, tmp_path_factory):
   """The same run stopped by SIGTERM at step 4: checkpoints 2 and 4, metrics of steps 1-4."""
   workdir = tmp_path_factory.mktemp("stopped")
   inner = train.input_pipeline(config, setup, str(workdir))[1]
-  result = train.train_and_evaluate(config, str(workdir), train_iter=HookedIterator(inner, 4, sigterm), evaluators=[])
+  result = train.train_and_evaluate(config, str(workdir), train_iter=HookedIterator(inner, 4, sigterm), evaluators=[],
+                                    setup=setup)
   assert result["preempted"] and result["step"] == 4
   assert steps(workdir) == [2, 4]
   return workdir
@@ -105,7 +107,7 @@ def unreadable_warnings(caplog):
 
 
 def test_unreadable_newest_step_is_moved_aside_and_the_run_resumes_from_the_one_before(
-    config, reference, stopped, tmp_path, caplog, capfd):
+    config, setup, reference, stopped, tmp_path, caplog, capfd):
   """Half of step 4's largest file gone: the run warns once, resumes from step 2 and ends as if
   it had never stopped. (Other damage: the quick test below.)"""
   reference_dir, full = reference
@@ -114,7 +116,7 @@ def test_unreadable_newest_step_is_moved_aside_and_the_run_resumes_from_the_one_
   corrupted = snapshot(workdir / "checkpoints" / "4")
 
   with caplog.at_level(logging.WARNING):
-    resumed = train.train_and_evaluate(config, str(workdir), evaluators=[])
+    resumed = train.train_and_evaluate(config, str(workdir), evaluators=[], setup=setup)
 
   (warning,) = unreadable_warnings(caplog)
   assert warning.startswith("Checkpoint 4 cannot be read (") and "\n" not in warning, warning

@@ -31,8 +31,8 @@ def read_jsonl(path):
   return [json.loads(l) for l in pathlib.Path(path).read_text().splitlines()]
 
 
-def _pipeline(config, workdir):
-  return train.input_pipeline(config, train.build(config), str(workdir))[1]
+def _pipeline(config, workdir, setup=None):
+  return train.input_pipeline(config, setup or train.build(config), str(workdir))[1]
 
 
 # ---- End to end + resume -------------------------------------------------------
@@ -40,15 +40,17 @@ def _pipeline(config, workdir):
 
 @pytest.fixture(scope="module")
 def uninterrupted(tiny_vocab, tmp_path_factory):
-  """10 steps, eval and checkpoint every 5: the reference run."""
+  """10 steps, eval and checkpoint every 5: the reference run; its Setup, which the runs and
+  evaluations of the same config below reuse (nothing traced or compiled again)."""
   workdir = tmp_path_factory.mktemp("full")
   config = tiny_config(tiny_vocab)
-  result = train.train_and_evaluate(config, str(workdir))
-  return config, workdir, result
+  setup = train.build(config)
+  result = train.train_and_evaluate(config, str(workdir), setup=setup)
+  return config, workdir, result, setup
 
 
 def test_end_to_end_outputs(uninterrupted):
-  config, workdir, result = uninterrupted
+  config, workdir, result, _ = uninterrupted
   lines = read_jsonl(workdir / "metrics.jsonl")
   assert [l["step"] for l in lines] == list(range(1, 11))
   for key in ("loss", "loss/i2t", "loss/t2i", "loss/l2r", "loss/r2l", "temperature", "lr/i2t",
@@ -77,15 +79,15 @@ def test_end_to_end_outputs(uninterrupted):
 def test_sigterm_checkpoints_and_resume_matches_uninterrupted(uninterrupted, tmp_path):
   """SIGTERM before step 7's batch -> checkpoint 7 and stop; a rerun resumes and
   ends with the same losses and parameters as the run that never stopped."""
-  config, full_dir, full = uninterrupted
+  config, full_dir, full, setup = uninterrupted
   workdir = tmp_path / "interrupted"
   stopped = train.train_and_evaluate(
-      config, str(workdir), train_iter=HookedIterator(_pipeline(config, workdir), 7, sigterm))
+      config, str(workdir), train_iter=HookedIterator(_pipeline(config, workdir, setup), 7, sigterm), setup=setup)
   assert stopped["preempted"] and stopped["step"] == 7
   assert sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit()) == [5, 7]
   assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # Handler restored.
 
-  resumed = train.train_and_evaluate(config, str(workdir))
+  resumed = train.train_and_evaluate(config, str(workdir), setup=setup)
   assert resumed["step"] == 10
   got, want = read_jsonl(workdir / "metrics.jsonl"), read_jsonl(full_dir / "metrics.jsonl")
   assert [l["step"] for l in got] == list(range(1, 11))  # Each step logged once.
@@ -97,16 +99,31 @@ def test_sigterm_checkpoints_and_resume_matches_uninterrupted(uninterrupted, tmp
   jax.tree.map(np.testing.assert_array_equal, jax.device_get(resumed["state"].opt_state),
                jax.device_get(full["state"].opt_state))
   assert resumed["eval"] == full["eval"]
+  assert train.jit_train_step(setup)._cache_size() == 1  # Three runs, one trace of the step.
+
+
+def test_a_setup_runs_only_the_config_it_was_built_from(uninterrupted, tmp_path):
+  config, _, _, setup = uninterrupted
+  other = tiny_config(config.data.vocab_path, total_steps=11)
+  with pytest.raises(ValueError, match="built from another config"):
+    train.train_and_evaluate(other, str(tmp_path), setup=setup)
+  config.total_steps += 1  # The Setup keeps its own copy: the caller's later changes do not reach it.
+  try:
+    assert setup.config.total_steps == 10
+    with pytest.raises(ValueError, match="built from another config"):
+      train.evaluate(config, str(tmp_path), setup=setup)
+  finally:
+    config.total_steps -= 1
 
 
 def test_eval_mode_reads_the_latest_checkpoint(uninterrupted):
-  config, workdir, result = uninterrupted
-  scores = train.evaluate(config, str(workdir))
+  config, workdir, result, setup = uninterrupted
+  scores = train.evaluate(config, str(workdir), setup=setup)
   assert scores == result["eval"]
 
 
 def test_restore_params_reads_a_checkpoint_without_its_config(uninterrupted):
-  _, workdir, result = uninterrupted
+  _, workdir, result, _ = uninterrupted
   restored = checkpointing.restore_params(str(workdir))
   assert set(restored) == {"params", "batch_stats"}
   jax.tree.map(np.testing.assert_array_equal, restored["params"], jax.device_get(result["state"].params))
