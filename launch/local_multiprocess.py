@@ -4,7 +4,7 @@
     python launch/local_multiprocess.py --num_processes=2 --devices_per_process=2 -- \
         --config=configs/demo.py --workdir=/tmp/mural_mp
 
-Each process gets JAX_PLATFORMS=cpu, XLA_FLAGS=--xla_force_host_platform_device_count=D
+Each process gets JAX_PLATFORMS=cpu, --xla_force_host_platform_device_count=D added to XLA_FLAGS
 (D CPU "devices" per process) and mural.main's --coordinator_address=127.0.0.1:PORT
 --num_processes=N --process_id=i; main then calls jax.distributed.initialize with
 gloo CPU collectives. Arguments after `--` go to every process. Output lines
@@ -69,10 +69,13 @@ def launch(num_processes: int, devices_per_process: int, args, script=None, port
   try:
     for i in range(num_processes):
       proc_env = dict(os.environ if env is None else env)
+      # The caller's other XLA flags are kept; the device count is this launcher's.
+      xla_flags = [f for f in proc_env.get("XLA_FLAGS", "").split()
+                   if not f.startswith("--xla_force_host_platform_device_count")]
       proc_env.update(
           JAX_PLATFORMS="cpu",
           JAX_CPU_COLLECTIVES_IMPLEMENTATION="gloo",
-          XLA_FLAGS=f"--xla_force_host_platform_device_count={devices_per_process}")
+          XLA_FLAGS=" ".join(xla_flags + [f"--xla_force_host_platform_device_count={devices_per_process}"]))
       program = [script] if script else ["-m", "mural.main"]
       cmd = [sys.executable, *program, *args, f"--coordinator_address=127.0.0.1:{port}",
              f"--num_processes={num_processes}", f"--process_id={i}"]

@@ -1,7 +1,7 @@
 """Shared pytest helpers: config loading, the tiny training config, one vocab per session,
 real data directories (skip when absent), quiet TF.
 
-Subprocess workers (test_sharding, test_multihost) import this file as a
+Subprocess workers (test_multihost, test_ring_loss, test_export) import this file as a
 module too (`import conftest`: their directory is on sys.path).
 """
 
@@ -123,12 +123,12 @@ def assert_resumes_bit_exactly(config, workdir, reference_params, stop_at: int =
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   from mural import train  # pylint: disable=g-import-not-at-top
-  setup = train.build(config)
+  setup = train.build(config)  # Both runs reuse its traced and compiled step.
   inner = train.input_pipeline(config, setup, str(workdir))[1]
   stopped = train.train_and_evaluate(config, str(workdir), train_iter=HookedIterator(inner, stop_at, sigterm),
-                                     evaluators=[])
+                                     evaluators=[], setup=setup)
   assert stopped["preempted"] and stopped["step"] == stop_at
-  resumed = train.train_and_evaluate(config, str(workdir), evaluators=[])
+  resumed = train.train_and_evaluate(config, str(workdir), evaluators=[], setup=setup)
   assert resumed["step"] == config.total_steps
   for a, b in zip(jax.tree.leaves(jax.device_get(resumed["state"].params)),
                   jax.tree.leaves(jax.device_get(reference_params))):
@@ -178,23 +178,21 @@ def flickr8k_dir() -> str:
 # ---- Scheduling under pytest-xdist (`make test`: -n 2 --dist loadfile --no-loadscope-reorder) ----
 # Each file runs whole on one worker (its module fixtures are built once), in
 # the order below: the long end-to-end files first, so the two workers stay
-# busy to the end; in a file, its longest test first. test_sharding's 8-device
-# subprocess keeps one worker busy while the other compiles test_train's
-# program; test_checkpointing, test_sharding's 1-device run and most of
-# test_train then read that program from the persistent compilation cache.
+# busy to the end; in a file, its longest test first. test_multihost's two
+# processes (8 devices) keep one worker's share of the cores while the other
+# compiles test_train's program; test_checkpointing, the multihost reference
+# and most of test_train then read that program from the persistent cache.
 # (Not --dist loadgroup: with pytest 9 its xdist_group marks do not group.)
 HEAVY_FIRST = (
     "test_train.py",
-    "test_sharding.py::test_sharded_training_matches_one_device",
-    "test_sharding.py",
+    "test_multihost.py::test_two_processes_match_one_process",
+    "test_multihost.py",
     "test_checkpointing.py",
     "test_export.py",
     "test_mule.py",
     "test_smalr.py",
     "test_kadar.py",
     "test_globetrotter.py",
-    "test_multihost.py::test_two_processes_match_one_process",
-    "test_multihost.py",
     "test_system.py::test_toy_system_trains_through_the_public_trainer",
     "test_system.py",
     "test_efficientnet_impl.py",
