@@ -24,11 +24,11 @@ learned by the first run, serves both. Prints the table and the ratio
 (Globetrotter's claim here: >= 2x the text-only baseline); workdirs stay
 under --workdir (--report_only prints their table again).
 
-Measured (2 shared CPU cores; mean over languages, %):
-  seed 0 (10 min 07 s): Globetrotter 17.3, text only 0.0 ([CLS] and mean pool;
+Measured (2 idle cores, Intel Xeon avx512f; mean over languages, %):
+  seed 0 (5 min 12 s): Globetrotter 25.7, text only 0.0 ([CLS] and mean pool;
          100% of each query's top 7 in its own language); word translation
-         15.6 / 21.9 (NN / Procrustes) vs 3.2 / 7.8;
-  seed 1 (7 min 55 s):  12.9 vs 0.0; word translation 11.6 / 18.0 vs 3.0 / 7.3.
+         10.5 / 10.5 (NN / Procrustes) vs 2.4 / 8.4;
+  seed 1 (5 min 15 s): 11.8 vs 0.0; word translation 11.4 / 14.7 vs 5.6 / 12.0.
 """
 
 import argparse
