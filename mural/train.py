@@ -379,7 +379,8 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
   get_state, set_state, skip_counts). `setup`: `build(config)` made earlier,
   whose traced and compiled step is reused (another run of the same config in
   this process). Returns {'step', 'train': last logged metrics, 'eval': last
-  eval results, 'preempted': bool, 'state': the final TrainState}.
+  eval results, 'preempted': bool, 'state': the final TrainState, 'setup': the
+  Setup it ran (to give the next run of this config)}.
   """
   epath.Path(workdir).mkdir(parents=True, exist_ok=True)
 
@@ -483,7 +484,7 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
     writer.close()
   return {"step": int(sharding.to_host(state.step)), "train": log.last, "eval": eval_results,
           "early_stopped": early_stopped, "best_step": stopper.best_step if stopper else None,
-          "preempted": preempted, "state": state}
+          "preempted": preempted, "state": state, "setup": setup}
 
 
 def evaluate(config, workdir: str, *, step: Optional[int] = None,

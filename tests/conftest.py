@@ -117,13 +117,14 @@ def sigterm(batch):
   return batch
 
 
-def assert_resumes_bit_exactly(config, workdir, reference_params, stop_at: int = 2):
+def assert_resumes_bit_exactly(config, workdir, reference, stop_at: int = 2):
   """Trains `config` in `workdir`, SIGTERM at step `stop_at`, resumes to config.total_steps:
-  the final params equal `reference_params` (an uninterrupted run's) bit for bit."""
+  the final params equal those of `reference` (an uninterrupted run's result) bit for bit.
+  Both runs reuse the reference's Setup (one trace and compile of the step)."""
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   from mural import train  # pylint: disable=g-import-not-at-top
-  setup = train.build(config)  # Both runs reuse its traced and compiled step.
+  setup, reference_params = reference["setup"], reference["state"].params
   inner = train.input_pipeline(config, setup, str(workdir))[1]
   stopped = train.train_and_evaluate(config, str(workdir), train_iter=HookedIterator(inner, stop_at, sigterm),
                                      evaluators=[], setup=setup)

@@ -48,9 +48,9 @@ def trained(tiny_vocab, tmp_path_factory):
   config = tiny_config(tiny_vocab, **OVERRIDES)
   result = train.train_and_evaluate(config, str(workdir))
   export_dir = export.export(config, str(workdir))
-  setup = train.build(config)
+  setup = result["setup"]
   heads = setup.system.retrieval_heads(config, setup.tasks)
-  embedder = evaluate.Embedder(setup.model, setup.mesh, setup.rules, config.eval_batch_size)
+  embedder = setup.embedder(config.eval_batch_size)
   variables = result["state"].variables()
   scenes = synthetic.build_eval_data(config)
   tok = tokenizer.Tokenizer(tiny_vocab, config.model.text.max_len)

@@ -461,7 +461,7 @@ def test_trains_end_to_end(reference, tiny_vocab):
     parts = l["loss/text_text"] + 0.2 * (l["loss/views"] + l["loss/image_caption"] + l["loss/cloze"])
     assert np.isfinite(l["loss"]) and l["loss"] == pytest.approx(parts, rel=1e-5)
   params = result["state"].params
-  init = jax.device_get(jax.jit(train.build(tiny_globetrotter_config(tiny_vocab)).init)(jax.random.PRNGKey(0)))
+  init = jax.device_get(result["setup"].init_state(jax.random.PRNGKey(0)))
   final = jax.device_get(params)
   for name in ("image_tower", "text_tower", "image_head", "text_head", "mlm_head"):
     moved = [not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(init.params[name]), jax.tree.leaves(final[name]))]
@@ -473,12 +473,12 @@ def test_trains_end_to_end(reference, tiny_vocab):
 def test_resumes_bit_exactly(reference, tmp_path_factory, tiny_vocab):
   config = tiny_globetrotter_config(tiny_vocab)
   workdir = tmp_path_factory.mktemp("globetrotter_resumed")
-  assert_resumes_bit_exactly(config, workdir, reference[1]["state"].params)
+  assert_resumes_bit_exactly(config, workdir, reference[1])
 
 
 def test_evaluates_translation_by_retrieval(reference, tiny_vocab):
   workdir, _ = reference
-  results = train.evaluate(tiny_globetrotter_config(tiny_vocab), str(workdir))
+  results = train.evaluate(tiny_globetrotter_config(tiny_vocab), str(workdir), setup=reference[1]["setup"])
   for lang in LANGS:
     assert 0.0 <= results[f"translation_retrieval/{lang}"] <= 100.0
     assert 0.0 <= results[f"{lang}/mR"] <= 100.0

@@ -341,12 +341,12 @@ def test_trains_one_task_per_step(reference):
 def test_resumes_bit_exactly(reference, tmp_path_factory, words_file):
   config = tiny_kadar_config()
   workdir = _workdir(tmp_path_factory, "kadar_resumed", words_file)
-  assert_resumes_bit_exactly(config, workdir, reference[1]["state"].params)
+  assert_resumes_bit_exactly(config, workdir, reference[1])
 
 
 def test_evaluates_rsum_per_language(reference):
   workdir, _ = reference
-  results = train.evaluate(tiny_kadar_config(), str(workdir))
+  results = train.evaluate(tiny_kadar_config(), str(workdir), setup=reference[1]["setup"])
   for lang in LANGS:
     six = sum(results[f"{lang}/{d}_R@{k}"] for d in ("i2t", "t2i") for k in (1, 5, 10))
     assert results[f"{lang}/rsum"] == pytest.approx(six)

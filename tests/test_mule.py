@@ -374,7 +374,7 @@ def test_trains_end_to_end(reference):
   params = result["state"].params
   assert set(params) == {"image_tower", "text_tower", "language_classifier"}
   assert set(params["image_tower"]) == {"fc_hidden", "bn", "fc_out"}  # The backbone is no parameter.
-  init = jax.device_get(jax.jit(train.build(tiny_mule_config()).init)(jax.random.PRNGKey(0)))
+  init = jax.device_get(result["setup"].init_state(jax.random.PRNGKey(0)))
   final = jax.device_get(params)
   for path, before in jax.tree_util.tree_leaves_with_path(init.params):
     after = final
@@ -386,12 +386,12 @@ def test_trains_end_to_end(reference):
 def test_resumes_bit_exactly(reference, tmp_path_factory, words_file):
   config = tiny_mule_config()
   workdir = _workdir(tmp_path_factory, "mule_resumed", words_file)
-  assert_resumes_bit_exactly(config, workdir, reference[1]["state"].params)
+  assert_resumes_bit_exactly(config, workdir, reference[1])
 
 
 def test_evaluates_per_language(reference):
   workdir, _ = reference
-  results = train.evaluate(tiny_mule_config(), str(workdir))
+  results = train.evaluate(tiny_mule_config(), str(workdir), setup=reference[1]["setup"])
   for lang in LANGS:
     assert 0.0 <= results[f"{lang}/mR"] <= 100.0
   assert "en-de/acc" in results and "mean/mR" in results

@@ -457,7 +457,7 @@ def test_trains_end_to_end(reference, pretrained, words_file):
     assert l["loss"] == pytest.approx(mm + pairs, rel=1e-5)
   params = result["state"].params
   config = _main_config(pretrained, words_file)
-  init = jax.device_get(jax.jit(train.build(config).init)(jax.random.PRNGKey(0)))
+  init = jax.device_get(result["setup"].init_state(jax.random.PRNGKey(0)))
   final = jax.device_get(params)
   np.testing.assert_array_equal(init.params["text_tower"]["token_latent"],  # Starts from phase 1's...
                                 smalr.hybrid_tables(config)[2])
@@ -471,12 +471,12 @@ def test_trains_end_to_end(reference, pretrained, words_file):
 def test_resumes_bit_exactly(reference, pretrained, words_file, tmp_path_factory):
   config = _main_config(pretrained, words_file)
   workdir = tmp_path_factory.mktemp("smalr_resumed")
-  assert_resumes_bit_exactly(config, workdir, reference[1]["state"].params)
+  assert_resumes_bit_exactly(config, workdir, reference[1])
 
 
 def test_evaluates_plain_and_cross_lingual(reference, pretrained, words_file):
-  workdir, _ = reference
-  results = train.evaluate(_main_config(pretrained, words_file), str(workdir))
+  workdir, result = reference
+  results = train.evaluate(_main_config(pretrained, words_file), str(workdir), setup=result["setup"])
   for lang in LANGS:
     assert 0.0 <= results[f"{lang}/mR"] <= 100.0
     for variant in ("one", "clc-a", "clc-c"):

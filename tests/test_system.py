@@ -133,7 +133,7 @@ def test_toy_system_trains_through_the_public_trainer(monkeypatch, tiny_vocab, t
               if np.ndim(x) == 0 and np.issubdtype(np.asarray(x).dtype, np.integer)}
     assert counts == {chosen.count(index)}, (name, counts, chosen)
   # Each task's own head moved (it was chosen at least once).
-  init = jax.device_get(jax.jit(train.build(config).init)(jax.random.PRNGKey(config.seed)))
+  init = jax.device_get(result["setup"].init_state(jax.random.PRNGKey(config.seed)))
   moved = lambda tree_a, tree_b: any(not np.array_equal(a, b) for a, b in
                                      zip(jax.tree.leaves(tree_a), jax.tree.leaves(tree_b)))
   assert moved(state.params["t2t_head"], init.params["t2t_head"]) == (1 in chosen)
