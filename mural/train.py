@@ -301,10 +301,6 @@ class Setup:
       self.embedders[batch_size] = evaluate_lib.Embedder(self.model, self.mesh, self.rules, batch_size)
     return self.embedders[batch_size]
 
-  def check_built_from(self, config) -> None:
-    """Raises unless `config` is the one this Setup was built from (a run given a Setup)."""
-    if config.to_json_best_effort(sort_keys=True) != self.config.to_json_best_effort(sort_keys=True):
-      raise ValueError("setup= was built from another config; build it from this one (train.build)")
 
 
 def build(config) -> Setup:
@@ -350,6 +346,15 @@ def build(config) -> Setup:
                sharding.batch_sharding(mesh, rules))
 
 
+def _setup_for(config, setup: Optional[Setup]) -> Setup:
+  """`setup` if it was built from `config` (a ValueError if from another), else build(config)."""
+  if setup is None:
+    return build(config)
+  if config.to_json_best_effort(sort_keys=True) != setup.config.to_json_best_effort(sort_keys=True):
+    raise ValueError("setup= was built from another config; build it from this one (train.build)")
+  return setup
+
+
 def input_pipeline(config, setup: Setup, workdir: str):
   """(tokenizer, this process's training iterator)."""
   tokenizer = vocab.tokenizer(config, setup.tasks, workdir)
@@ -385,10 +390,7 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
   epath.Path(workdir).mkdir(parents=True, exist_ok=True)
 
   # ---- System, mesh, model, optimizer, shapes, shardings (see build) ---------
-  if setup is None:
-    setup = build(config)
-  else:
-    setup.check_built_from(config)
+  setup = _setup_for(config, setup)
   logging.info("System %r: tasks %s; mesh %s over %d devices, %d processes.", setup.system.name,
                [t.name for t in setup.tasks], dict(setup.mesh.shape), jax.device_count(),
                jax.process_count())
@@ -492,10 +494,7 @@ def evaluate(config, workdir: str, *, step: Optional[int] = None,
   """Evaluates checkpoint `step` of workdir (default: the best step an early-stopping run
   recorded, else the newest); writes eval/step_<N>.json like training does. `setup` as in
   train_and_evaluate."""
-  if setup is None:
-    setup = build(config)
-  else:
-    setup.check_built_from(config)
+  setup = _setup_for(config, setup)
   checkpoints = checkpointing.Checkpoints(workdir, config.keep_checkpoints,
                                           track_best=bool(config.early_stopping.metric))
   if step is None:

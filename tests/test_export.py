@@ -20,7 +20,6 @@ import pytest
 
 from conftest import ROOT, HookedIterator, sigterm, tiny_config
 from mural import embed
-from mural import evaluate
 from mural import export
 from mural import index as index_lib
 from mural import search

@@ -3,11 +3,11 @@
 One subprocess with 8 host devices runs every check and prints one JSON line;
 the tests read it. Values (relative to the logit scale 1/T) and gradients in x
 and y are compared on three meshes, with and without the margin, with padding
-rows, to 1e-5 (the losses compute in float32); the temperature's gradient, a sum of B^2 terms of size
-1/T^2 that mostly cancel, against a float64 NumPy central difference, which
-both implementations must meet. XLA's memory analysis shows what the ring is
-for: at a fixed per-device batch the full loss's temporaries grow with the
-number of devices, the ring's do not.
+rows, to 1e-5 (the losses compute in float32); the temperature's gradient, a
+sum of B^2 terms of size 1/T^2 that mostly cancel, against a float64 NumPy
+central difference, which both implementations must meet. XLA's memory
+analysis shows what the ring is for: at a fixed per-device batch the full
+loss's temporaries grow with the number of devices, the ring's do not.
 """
 
 import json
