@@ -59,6 +59,7 @@ def model_config(args, c2i_langs, pairs):
   c.data.synthetic.default_pairs = args.rich
   c.data.synthetic.pairs_per_language = {SCARCE: args.scarce}
   c.data.synthetic.translation_pairs = args.rich_pairs
+  c.data.synthetic.caption_pairs = args.caption_pairs
   all_pairs = MODELS["multi"][1]
   c.data.synthetic.translation_pair_list = list(pairs or all_pairs)  # Eval sets need a pair list anyway.
   c.data.synthetic.translation_pairs_per_pair = {p: args.scarce for p in (pairs or all_pairs) if SCARCE in p}
@@ -93,6 +94,8 @@ def main():
   p.add_argument("--rich", type=int, default=4000, help="captions per rich language")
   p.add_argument("--scarce", type=int, default=400, help="Czech captions (and caption pairs with Czech)")
   p.add_argument("--rich_pairs", type=int, default=4000, help="caption pairs per rich language pair")
+  p.add_argument("--caption_pairs", default="translations", choices=["translations", "comparable"],
+                 help="c2c's caption pairs: translations, or comparable (each side the scene or a part)")
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--models", default=",".join(MODELS))
   args = p.parse_args()
@@ -125,7 +128,7 @@ def main():
           + " ".join(f"{l} {scores[f'{l}/rsum']:.1f}" for l in LANGS), flush=True)
 
   print(f"\nrsum (R@1+R@5+R@10 both ways, max 600) / text->image R@10 at the best evaluation; "
-        f"seed {args.seed}; {SCARCE} scarce ({args.scarce} captions vs {args.rich}); "
+        f"seed {args.seed}; {args.caption_pairs} caption pairs; {SCARCE} scarce ({args.scarce} captions vs {args.rich}); "
         f"total {time.time() - start:.0f} s")
   print(f"{'model':<11}{'best/stop':>11}" + "".join(f"{l:>14}" for l in LANGS))
   for name, r in rows.items():

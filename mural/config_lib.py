@@ -136,6 +136,11 @@ def base_config() -> ml_collections.ConfigDict:
   # True: no parallel text in training (Globetrotter): opening the translation pairs for training
   # is an error; the image-text stream never shows one image with captions in two languages.
   c.data.synthetic.withhold_parallel_text = False
+  # "translations": both captions of a training pair describe the whole scene (Multi30K's
+  # translation portion); "comparable": each side independently describes the whole scene or
+  # a part of it (an object, or the anchor with one of its figures), as independently written
+  # captions of one image differ (Multi30K's comparable portion; Kádár et al. 2018, 5.2).
+  c.data.synthetic.caption_pairs = "translations"
   c.data.synthetic.heldout_fraction = 0.1  # Descriptions (by hash) never used in training.
   c.data.synthetic.eval_scenes = 200  # Held-out scenes (unique descriptions).
   c.data.synthetic.eval_captions_per_scene = 1  # Captions per eval image and language.

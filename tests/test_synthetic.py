@@ -253,6 +253,35 @@ def test_translation_pairs_describe_one_scene():
     assert left in S.all_captions(d, a) and right in S.all_captions(d, b)
 
 
+def test_comparable_pairs_describe_parts_of_one_scene_independently():
+  translations = _settings(size=8, translation_pairs=300)
+  comparable = _settings(size=8, translation_pairs=300, caption_pairs="comparable")
+  n, differ, partial = 600, 0, 0
+  for i in range(n):
+    d, left, right, a, b = S.text_pair_example(comparable, "train", i)
+    assert d == S.text_pair_example(translations, "train", i)[0]  # Same scenes, other captions.
+    sides = []
+    for text, lang in ((left, a), (right, b)):
+      # Each caption says the whole scene or one of its parts, never a held-out description.
+      said = [v for v in S.views(d, comparable.heldout_fraction) if text in S.all_captions(v, lang)]
+      assert len(said) == 1 and not S.is_heldout(said[0], comparable.heldout_fraction), (d, text)
+      sides.append(said[0])
+    partial += sum(v != d for v in sides)
+    differ += sides[0] != sides[1]
+  # Two- and three-object scenes (80%) have three views each, drawn independently per side.
+  assert 0.4 * n < differ < 0.7 * n and 0.7 * n < partial < 1.4 * n, (differ, partial)
+  # Parts of scenes: the anchor with one figure, or one object alone.
+  d = S.Description((O("circle", "red", "small"), O("star", "blue", "large"), O("heart", "white", "small")),
+                    ("left", "above"))
+  assert set(S.views(d, 0.01)) <= {d, S.canonical(d.objects[0], [(d.objects[1], "left")]),
+                                   S.canonical(d.objects[0], [(d.objects[2], "above")])}
+  assert S.views(S.Description((d.objects[0],), ()), 0.01) == [S.Description((d.objects[0],), ())]
+  # The eval pairs stay aligned: one whole description on both sides.
+  for i in range(20):
+    d, left, right, a, b = S.text_pair_example(comparable, "eval", i)
+    assert left in S.all_captions(d, a) and right in S.all_captions(d, b)
+
+
 def test_sharding_is_disjoint_and_covers_everything_and_resumes():
   cfg = _config(size=8, languages=["en", "ru", "ja"], default_pairs=7, translation_pairs=5)  # 21 and 10: odd.
   for source in (S.image_text_source, S.text_pair_source):
@@ -354,6 +383,7 @@ def test_shape_coverage_matches_geometry(shape):
     ("heldout_fraction", 0.9, "data.synthetic.heldout_fraction"),
     ("render_size", 4, "data.synthetic.render_size"),
     ("eval_scenes", 0, "data.synthetic.eval_scenes"),
+    ("caption_pairs", "paraphrases", "data.synthetic.caption_pairs"),
 ])
 def test_bad_config_names_the_field(field, value, match):
   cfg = _config()

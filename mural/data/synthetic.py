@@ -33,6 +33,8 @@ from its own generator (language, index): one image never carries captions in tw
 captions of one scene in two languages always come from different images. The translation pairs
 are the only parallel text; `withhold_parallel_text = True` (Globetrotter) makes reading them for
 training an error. The eval set keeps aligned captions (one image, every language).
+`caption_pairs = "comparable"` makes the training pairs comparable rather than translations:
+each side describes the scene or a part of it (`partial_view`), drawn independently.
 
 Amounts. `pairs_per_language` (else `default_pairs`) image-caption pairs per
 language; `translation_pairs` per language pair (override per pair with
@@ -74,6 +76,7 @@ SPLITS = ("train", "eval")
 _SPLIT_ID = {"train": 0, "eval": 1}
 # Independent random streams inside a split.
 _I2T, _T2T, _EVAL_SCENE, _EVAL_RENDER, _EVAL_CAPTION = range(5)
+CAPTION_PAIRS = ("translations", "comparable")  # config.data.synthetic.caption_pairs.
 _NUM_OBJECTS_CDF = np.cumsum([0.2, 0.4, 0.4])  # Scenes with 1, 2, 3 objects.
 
 
@@ -600,6 +603,26 @@ def caption(description: Description, lang: str, rng: np.random.Generator) -> st
   return options[int(rng.integers(len(options)))]
 
 
+def views(description: Description, heldout_fraction: float) -> list:
+  """What an independent caption of the scene may describe: the whole scene, or (two objects)
+  either object alone, or (three) the anchor with one of its figures. A part that is a
+  held-out description is left out, so training text never names a held-out scene."""
+  objs, rels = description.objects, description.relations
+  if len(objs) == 2:
+    parts = [Description((o,), ()) for o in objs]
+  elif len(objs) == 3:
+    parts = [canonical(objs[0], [(objs[k], rels[k - 1])]) for k in (1, 2)]
+  else:
+    parts = []
+  return list(dict.fromkeys([description] + [p for p in parts if not is_heldout(p, heldout_fraction)]))
+
+
+def partial_view(description: Description, heldout_fraction: float, rng: np.random.Generator) -> Description:
+  """One of `views`, uniformly."""
+  options = views(description, heldout_fraction)
+  return options[int(rng.integers(len(options)))]
+
+
 # ---- Dataset definition ----------------------------------------------------
 
 def _require(ok: bool, field: str, message: str):
@@ -634,6 +657,8 @@ def validate(c) -> None:
              f"must be an int >= 0, got {n!r}")
   _require(isinstance(s.get("withhold_parallel_text", False), bool), f + "withhold_parallel_text",
            f"must be a bool, got {s.get('withhold_parallel_text')!r}")
+  _require(s.get("caption_pairs", "translations") in CAPTION_PAIRS, f + "caption_pairs",
+           f"{s.get('caption_pairs')!r} not in {list(CAPTION_PAIRS)}")
   _require(0.01 <= s.heldout_fraction <= 0.5, f + "heldout_fraction",  # Rejection sampling stays cheap.
            f"must be in [0.01, 0.5], got {s.heldout_fraction}")
   for name in ("eval_scenes", "eval_captions_per_scene"):
@@ -656,6 +681,7 @@ class Settings:
   eval_captions_per_scene: int
   render_size: int
   withhold_parallel_text: bool = False
+  comparable_pairs: bool = False  # caption_pairs == "comparable".
 
   @classmethod
   def from_config(cls, config) -> "Settings":
@@ -674,7 +700,8 @@ class Settings:
                translation_counts=tuple(int(overrides.get(p, s.translation_pairs)) for p in pairs),
                heldout_fraction=float(s.heldout_fraction), eval_scenes=int(s.eval_scenes),
                eval_captions_per_scene=int(s.eval_captions_per_scene), render_size=int(s.render_size),
-               withhold_parallel_text=bool(s.get("withhold_parallel_text", False)))
+               withhold_parallel_text=bool(s.get("withhold_parallel_text", False)),
+               comparable_pairs=s.get("caption_pairs", "translations") == "comparable")
 
 
   def restricted(self, languages: Sequence[str]) -> "Settings":
@@ -810,6 +837,9 @@ def text_pair_example(settings: Settings, split: str, i: int):
   a, b = settings.translation_pairs[q]
   rng = _rng(settings, split, _T2T, LANGUAGES.index(a), LANGUAGES.index(b), j)
   d = sample_description(rng, False, settings.heldout_fraction)
+  if settings.comparable_pairs:
+    left, right = (partial_view(d, settings.heldout_fraction, rng) for _ in range(2))
+    return d, caption(left, a, rng), caption(right, b, rng), a, b
   return d, caption(d, a, rng), caption(d, b, rng), a, b
 
 
