@@ -95,7 +95,7 @@ def main():
   p.add_argument("--scarce", type=int, default=400, help="Czech captions (and caption pairs with Czech)")
   p.add_argument("--rich_pairs", type=int, default=4000, help="caption pairs per rich language pair")
   p.add_argument("--caption_pairs", default="translations", choices=["translations", "comparable"],
-                 help="c2c's caption pairs: translations, or comparable (each side the scene or a part)")
+                 help="c2c's caption pairs: translations, or comparable (each side the scene or a part of it around its anchor)")
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--models", default=",".join(MODELS))
   args = p.parse_args()

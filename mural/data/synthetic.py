@@ -34,7 +34,7 @@ captions of one scene in two languages always come from different images. The tr
 are the only parallel text; `withhold_parallel_text = True` (Globetrotter) makes reading them for
 training an error. The eval set keeps aligned captions (one image, every language).
 `caption_pairs = "comparable"` makes the training pairs comparable rather than translations:
-each side describes the scene or a part of it (`partial_view`), drawn independently.
+each side describes the scene or a part of it around its anchor (`views`), drawn independently.
 
 Amounts. `pairs_per_language` (else `default_pairs`) image-caption pairs per
 language; `translation_pairs` per language pair (override per pair with
@@ -604,12 +604,14 @@ def caption(description: Description, lang: str, rng: np.random.Generator) -> st
 
 
 def views(description: Description, heldout_fraction: float) -> list:
-  """What an independent caption of the scene may describe: the whole scene, or (two objects)
-  either object alone, or (three) the anchor with one of its figures. A part that is a
-  held-out description is left out, so training text never names a held-out scene."""
+  """What an independent caption of the scene may describe: the whole scene, or its anchor
+  (the object the others are placed by) alone (two objects) or with one of its figures (three).
+  Two such captions always share the anchor, as independent captions of one image share its
+  main subject (captions with nothing in common would be noise to a ranking loss). A part
+  that is a held-out description is left out, so training text never names a held-out scene."""
   objs, rels = description.objects, description.relations
   if len(objs) == 2:
-    parts = [Description((o,), ()) for o in objs]
+    parts = [Description(objs[:1], ())]
   elif len(objs) == 3:
     parts = [canonical(objs[0], [(objs[k], rels[k - 1])]) for k in (1, 2)]
   else:
