@@ -157,6 +157,10 @@ class Tokenizer:
         self._table, suffix_indicator=SUFFIX, max_bytes_per_word=MAX_BYTES_PER_WORD,
         token_out_type=tf.int64, unknown_token=UNK, split_unknown_characters=True,
         **_BERT_PARAMS)
+    # Traced once per Tokenizer: every tf.data map (and export graph) that tokenizes calls this
+    # one graph function instead of tracing the wordpiece ops again (~0.6 CPU-s per pipeline).
+    self._tokenize_batch = tf.function(self._tokenize_batch_body, autograph=False,
+                                       input_signature=[tf.TensorSpec([None], tf.string)])
 
   @property
   def vocab_size(self) -> int:
@@ -181,6 +185,13 @@ class Tokenizer:
       strings = strings[tf.newaxis]
     elif strings.shape.rank != 1:
       raise ValueError(f"Tokenizer.tokenize: expected a scalar or [N] strings, got shape {strings.shape}")
+    ids, mask = self._tokenize_batch(strings)
+    if scalar:
+      return ids[0], mask[0]
+    return ids, mask
+
+  def _tokenize_batch_body(self, strings: tf.Tensor):
+    """[N] tf.string -> (ids, mask) int32 [N, max_len]."""
     pieces = self.wordpieces(strings)[:, :self.max_len - 2]
     n = tf.shape(strings, out_type=tf.int64)[:1]
     cls = tf.fill(tf.concat([n, [1]], 0), tf.constant(CLS_ID, tf.int64))
@@ -188,8 +199,8 @@ class Tokenizer:
     seq = tf.concat([cls, pieces, sep], axis=1)
     ids, mask = tft.pad_model_inputs(seq, max_seq_length=self.max_len, pad_value=PAD_ID)
     ids, mask = tf.cast(ids, tf.int32), tf.cast(mask, tf.int32)
-    if scalar:
-      return ids[0], mask[0]
+    ids.set_shape([None, self.max_len])
+    mask.set_shape([None, self.max_len])
     return ids, mask
 
   def __call__(self, strings, langs=None):
