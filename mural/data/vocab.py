@@ -6,6 +6,8 @@ RECORDS_PER_SOURCE records each. Process 0 learns it into workdir/vocab.txt;
 the others wait for it.
 """
 
+import functools
+import hashlib
 from typing import Iterator, Sequence
 
 import jax
@@ -68,6 +70,14 @@ def _kind(config) -> str:
   return kind
 
 
+@functools.lru_cache(maxsize=8)
+def _tokenizer(path: str, max_len: int, digest: str) -> tokenizer_lib.Tokenizer:
+  """One Tokenizer per vocab (path and contents) and length in a process: runs after the first
+  (a resume, evaluation, a notebook's next run) reuse its traced graph."""
+  del digest  # Part of the cache key only.
+  return tokenizer_lib.Tokenizer(path, max_len)
+
+
 def tokenizer(config, tasks: Sequence, workdir: str, learn_missing: bool = True) -> tokenizer_lib.Tokenizer:
   """config.data.vocab_path, else workdir/vocab.txt (learned from the tasks' text once, by process 0);
   per-language words when config.data.tokenizer is 'words'."""
@@ -86,7 +96,8 @@ def tokenizer(config, tasks: Sequence, workdir: str, learn_missing: bool = True)
       multihost_utils.sync_global_devices("mural_vocab")
   elif not epath.Path(path).exists():
     raise FileNotFoundError(f"config.data.vocab_path: {path} does not exist")
-  tok = tokenizer_lib.Tokenizer(path, config.model.text.max_len)
+  digest = hashlib.sha256(epath.Path(path).read_bytes()).hexdigest()  # A rewritten file is read again.
+  tok = _tokenizer(path, config.model.text.max_len, digest)
   if tok.vocab_size > config.model.text.vocab_size:
     raise config_lib.ConfigError(
         f"config.model.text.vocab_size: {config.model.text.vocab_size} is smaller than the "
