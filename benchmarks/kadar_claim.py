@@ -23,9 +23,10 @@ on, after half the c2i steps; README, Kádár et al.). The rate is constant
   bi-en-cs-c2c the same without c2c                      (Czech's Bilingual)
 
 and prints, per language, rsum (R@1 + R@5 + R@10 both ways, max 600) and
-text->image R@10 (the paper's Section 6 figure). The claims: en
-multi > bi > mono; cs multi > mono-cs (a low-resource language gains from
-the high-resource ones); multi > multi-c2c (c2c helps; the paper found it
+text->image R@10 (the paper's Section 6 figure). The claims: multi > bi >
+mono for a language (en: bi-en-de, mono-en; cs: bi-en-cs, mono-cs, with and
+without c2c); cs multi > mono-cs (a low-resource language gains from the
+high-resource ones); multi > multi-c2c (c2c helps; the paper found it
 helps most with comparable captions: --caption_pairs=comparable makes the
 two sides of each training pair independent descriptions of the scene or of
 a part of it, mural/data/synthetic.py `views`). One shared union
