@@ -239,3 +239,24 @@ def test_bad_vocab_files_are_clear_errors(tmp_path):
     tok_lib.Tokenizer(str(dup), 16)
   with pytest.raises(ValueError, match="max_len"):
     tok_lib.Tokenizer(str(tmp_path / "dup.txt"), 2)
+
+
+def test_a_process_keeps_one_tokenizer_per_vocab_file_contents_and_length(tmp_path):
+  from mural import config_lib  # pylint: disable=g-import-not-at-top
+  from mural.data import vocab  # pylint: disable=g-import-not-at-top
+  path = tmp_path / "vocab.txt"
+  path.write_text("\n".join(tok_lib.RESERVED_TOKENS + ("red", "circle")) + "\n", encoding="utf-8")
+  config = config_lib.base_config()
+  config.data.vocab_path, config.model.text.max_len = str(path), 8
+  first = vocab.tokenizer(config, (), str(tmp_path))
+  assert vocab.tokenizer(config, (), str(tmp_path)) is first  # Its traced graph is reused.
+  config.model.text.max_len = 6
+  assert vocab.tokenizer(config, (), str(tmp_path)).max_len == 6
+  path.write_text("\n".join(tok_lib.RESERVED_TOKENS + ("blue", "square", "red")) + "\n", encoding="utf-8")
+  config.model.text.max_len = 8
+  rewritten = vocab.tokenizer(config, (), str(tmp_path))  # Same path, new contents: read again.
+  assert rewritten is not first and rewritten.vocab[-3:] == ["blue", "square", "red"]
+  ids, mask = rewritten.tokenize(tf.constant(["red square"]))
+  n = len(tok_lib.RESERVED_TOKENS)
+  assert ids.numpy()[0, :4].tolist() == [tok_lib.CLS_ID, n + 2, n + 1, tok_lib.SEP_ID]
+  assert mask.numpy()[0].tolist() == [1, 1, 1, 1, 0, 0, 0, 0]
