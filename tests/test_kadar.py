@@ -248,15 +248,17 @@ def test_claim_budgets_count_c2i_steps():
   claim = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(claim)
   args = argparse.Namespace(seed=0, backbone_workdir="", rich=100, scarce=20, rich_pairs=100, steps=300,
-                            eval_every=50, patience=4)
+                            eval_every=50, patience=4, caption_pairs="comparable")
   budgets = {}
   for name, (langs, pairs) in claim.MODELS.items():
     c = claim.model_config(args, langs, pairs)
     config_lib.validate(c)
     assert c.optim.decay is False and c.early_stopping.patience == 4
+    assert c.data.synthetic.caption_pairs == "comparable"
     budgets[name] = (c.total_steps, c.eval_every_steps, bool(c.tasks.c2c.weight))
   assert budgets == {"mono-en": (300, 50, False), "bi-en-de": (600, 100, True), "multi": (600, 100, True),
-                     "multi-c2c": (300, 50, False), "mono-cs": (300, 50, False)}
+                     "multi-c2c": (300, 50, False), "mono-cs": (300, 50, False),
+                     "bi-en-cs": (600, 100, True), "bi-en-cs-c2c": (300, 50, False)}
 
 
 def test_draw_by_weight_draws_each_task_in_proportion():
