@@ -619,12 +619,6 @@ def views(description: Description, heldout_fraction: float) -> list:
   return list(dict.fromkeys([description] + [p for p in parts if not is_heldout(p, heldout_fraction)]))
 
 
-def partial_view(description: Description, heldout_fraction: float, rng: np.random.Generator) -> Description:
-  """One of `views`, uniformly."""
-  options = views(description, heldout_fraction)
-  return options[int(rng.integers(len(options)))]
-
-
 # ---- Dataset definition ----------------------------------------------------
 
 def _require(ok: bool, field: str, message: str):
@@ -840,7 +834,8 @@ def text_pair_example(settings: Settings, split: str, i: int):
   rng = _rng(settings, split, _T2T, LANGUAGES.index(a), LANGUAGES.index(b), j)
   d = sample_description(rng, False, settings.heldout_fraction)
   if settings.comparable_pairs:
-    left, right = (partial_view(d, settings.heldout_fraction, rng) for _ in range(2))
+    options = views(d, settings.heldout_fraction)  # Each side draws one, independently.
+    left, right = (options[int(rng.integers(len(options)))] for _ in range(2))
     return d, caption(left, a, rng), caption(right, b, rng), a, b
   return d, caption(d, a, rng), caption(d, b, rng), a, b
 
