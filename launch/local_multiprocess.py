@@ -9,7 +9,9 @@ Each process gets JAX_PLATFORMS=cpu, --xla_force_host_platform_device_count=D ad
 --num_processes=N --process_id=i; main then calls jax.distributed.initialize with
 gloo CPU collectives. Arguments after `--` go to every process. Output lines
 are prefixed with [i]. If one process fails or dies, one line names it and
-the others are stopped (a survivor cannot go on without its peer); the exit
+the others get SIGTERM, then SIGKILL after --grace_s seconds (default 10; a
+survivor cannot go on without its peer, and one blocked in a collective may
+not answer SIGTERM); the exit
 code is the first failure's (128 + N for a process killed by signal N). SIGTERM or Ctrl-C to the launcher is passed on to every process as
 SIGTERM: they agree on a step, checkpoint and exit; rerunning resumes.
 
@@ -118,10 +120,14 @@ def main():
   parser.add_argument("--devices_per_process", type=int, default=2)
   parser.add_argument("--port", type=int, default=0, help="Coordinator port; 0: a free one.")
   parser.add_argument("--script", default=None, help="A Python file to run instead of mural.main.")
+  parser.add_argument("--grace_s", type=float, default=10.0,
+                      help="When one process fails: seconds the others get after SIGTERM before SIGKILL.")
   parser.add_argument("args", nargs=argparse.REMAINDER, help="-- then the arguments of every process")
   a = parser.parse_args()
   args = a.args[1:] if a.args[:1] == ["--"] else a.args
-  sys.exit(launch(a.num_processes, a.devices_per_process, args, a.script, a.port))
+  if a.grace_s < 0:
+    parser.error(f"--grace_s: must be >= 0, got {a.grace_s}")
+  sys.exit(launch(a.num_processes, a.devices_per_process, args, a.script, a.port, grace_s=a.grace_s))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import ROOT, HookedIterator, sigterm, tiny_config
+from conftest import ROOT, HookedIterator, sigterm, tiny_config, xla_flags
 from mural import embed
 from mural import export
 from mural import index as index_lib
@@ -326,7 +326,7 @@ def test_checkpoint_of_8_devices_exports_on_1(trained, tmp_path):
   vocab = trained.config.data.vocab_path
   run = subprocess.run([sys.executable, "-c", EIGHT_DEVICES, str(tmp_path), vocab, str(ROOT / "tests")],
                        capture_output=True, text=True, timeout=300, cwd=ROOT,
-                       env={**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+                       env={**os.environ, "XLA_FLAGS": xla_flags("--xla_force_host_platform_device_count=8"),
                             "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "2"})
   assert run.returncode == 0, run.stderr[-3000:]
   assert jax.device_count() == 1

@@ -199,7 +199,7 @@ def test_launcher_names_a_dead_process_and_stops_the_rest(tmp_path):
   script.write_text(_DYING_PEER)
   start = time.time()
   r = subprocess.run([sys.executable, "launch/local_multiprocess.py", "--num_processes=2",
-                      "--devices_per_process=1", f"--script={script}"], cwd=ROOT,
+                      "--devices_per_process=1", "--grace_s=1", f"--script={script}"], cwd=ROOT,
                      env=dict(os.environ, **NO_CACHE, TF_CPP_MIN_LOG_LEVEL="3"), capture_output=True,
                      text=True, timeout=300)
   elapsed = time.time() - start
