@@ -7,6 +7,7 @@ on random inputs. Nothing of the step is re-implemented here.
 
   .venv/bin/python benchmarks/bench_step.py                      # issue-9 towers, f32, 128 px, batch 128
   .venv/bin/python benchmarks/bench_step.py --conv_impl=xla      # XLA's own convolutions
+  .venv/bin/python benchmarks/bench_step.py --norm_impl=flax     # nn.BatchNorm + nn.swish, autodiff'd
   .venv/bin/python benchmarks/bench_step.py --dtype=bfloat16     # bf16 compute (params stay f32)
   .venv/bin/python benchmarks/bench_step.py --remat=full         # recompute each block in the backward
   XLA_FLAGS=--xla_cpu_use_onednn=true .venv/bin/python benchmarks/bench_step.py   # XLA CPU options
@@ -97,6 +98,8 @@ def parse_args(argv):
                  help="config.model.dtype: compute dtype of the towers (params stay float32)")
   p.add_argument("--conv_impl", default="auto", choices=["auto", "xla", "fast"],
                  help="config.model.image.conv_impl")
+  p.add_argument("--norm_impl", default="auto", choices=["auto", "flax", "fused"],
+                 help="config.model.image.norm_impl (batch norm + swish)")
   p.add_argument("--remat", default="none", choices=["none", "full", "dots"],
                  help="config.model.image.remat and model.text.remat (mural/models/remat.py)")
   p.add_argument("--optimizer", default="lamb", choices=["lamb", "adamw"],
@@ -121,6 +124,7 @@ def make_config(args):
   im.variant, im.width_coefficient, im.depth_coefficient = args.variant, args.width, args.depth
   im.include_head = not args.no_head_conv
   im.conv_impl = args.conv_impl
+  im.norm_impl = args.norm_impl
   im.remat = c.model.text.remat = args.remat
   t = c.model.text
   t.vocab_size, t.token_embed_dim, t.hidden_dim = args.vocab, args.text_hidden, args.text_hidden
@@ -345,9 +349,10 @@ def main(argv=None) -> None:
   print(f"jax {jax.__version__}, backend {jax.default_backend()}, {jax.device_count()} device(s), "
         f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
   impl = efficientnet.resolve_conv_impl(args.conv_impl)
+  norm = efficientnet.resolve_norm_impl(args.norm_impl)
   print(f"step: ALIGN, EfficientNet-{args.variant.upper()}"
         f"{'' if args.no_head_conv else ' + head conv'} (width {args.width or 'variant'}, depth "
-        f"{args.depth or 'variant'}, conv_impl {args.conv_impl} -> {impl}) -> {args.embed_dim}; BERT "
+        f"{args.depth or 'variant'}, conv_impl {args.conv_impl} -> {impl}, norm_impl {args.norm_impl} -> {norm}) -> {args.embed_dim}; BERT "
         f"L{args.text_layers}/H{args.text_hidden}/A{args.text_heads}/MLP{args.text_mlp}, vocab "
         f"{args.vocab}, {args.text_len} tokens -> {args.embed_dim}; {args.dtype}; batch {args.batch} at "
         f"{args.image_size}x{args.image_size} px; {args.optimizer}")
@@ -438,7 +443,7 @@ def main(argv=None) -> None:
       "image_size": args.image_size, "batch": args.batch, "variant": args.variant,
       "head_conv": not args.no_head_conv, "text": [args.text_layers, args.text_hidden, args.text_heads,
                                                     args.text_mlp, args.vocab, args.text_len],
-      "dtype": args.dtype, "conv_impl": impl, "optimizer": args.optimizer, "params_m": round(n_params / 1e6, 3),
+      "dtype": args.dtype, "conv_impl": impl, "norm_impl": norm, "optimizer": args.optimizer, "params_m": round(n_params / 1e6, 3),
       "samples_s": round(samples_s, 3), "step_s_median": round(step_s, 4),
       "step_s_all": [round(t, 4) for t in times], "lower_s": round(lower_s, 2),
       "compile_s": round(compile_s, 2), "peak_rss_gib": round(rss / 2**30, 3),

@@ -41,6 +41,9 @@ def base_config() -> ml_collections.ConfigDict:
   # Convolution maths: 'auto' (shifted adds + matmuls on CPU, where XLA's
   # convs are slow; XLA's conv elsewhere) | 'xla' | 'fast'. Same parameters.
   c.model.image.conv_impl = "auto"
+  # Batch norm (+ swish) maths: 'auto' (one op with its own gradient on CPU, which
+  # keeps less for the backward; nn.BatchNorm elsewhere) | 'flax' | 'fused'. Same variables.
+  c.model.image.norm_impl = "auto"
   c.model.image.remat = "none"  # Per MBConv block: none | full | dots (mural/models/remat.py).
 
   c.model.text = ml_collections.ConfigDict()

@@ -55,9 +55,11 @@ def test_auto_is_fast_on_cpu_and_bad_values_name_the_config_field():
     with pytest.raises(config_lib.ConfigError, match=r"^config\.model\.image\.conv_impl: "):
       efficientnet.check_conv_impl(bad)
   fields = config_lib.base_config().model.image.to_dict()
-  fields.pop("conv_impl", None)  # Configs from before the field: 'auto'.
+  fields.pop("conv_impl", None)  # Configs from before the fields: 'auto'.
+  fields.pop("norm_impl", None)
   section = ml_collections.ConfigDict(fields)
-  assert efficientnet.from_config(section, jnp.float32, jnp.float32).conv_impl == "auto"
+  net = efficientnet.from_config(section, jnp.float32, jnp.float32)
+  assert (net.conv_impl, net.norm_impl) == ("auto", "auto")
   section.conv_impl = "xla"
   assert efficientnet.from_config(section, jnp.float32, jnp.float32).conv_impl == "xla"
   section.conv_impl = "cudnn"
@@ -66,6 +68,49 @@ def test_auto_is_fast_on_cpu_and_bad_values_name_the_config_field():
   net = efficientnet.EfficientNet(0.25, 0.25, 0.2, conv_impl="cudnn")
   with pytest.raises(config_lib.ConfigError, match=r"conv_impl"):
     jax.eval_shape(lambda: net.init(jax.random.key(0), jnp.zeros((1, 32, 32, 3)), train=False))
+  assert efficientnet.resolve_norm_impl("auto") == "fused"
+  section.conv_impl, section.norm_impl = "xla", "batchnorm"
+  with pytest.raises(config_lib.ConfigError, match=r"^config\.model\.image\.norm_impl: 'batchnorm'"):
+    efficientnet.from_config(section, jnp.float32, jnp.float32)
+  net = efficientnet.EfficientNet(0.25, 0.25, 0.2, norm_impl="cudnn")
+  with pytest.raises(config_lib.ConfigError, match=r"norm_impl"):
+    jax.eval_shape(lambda: net.init(jax.random.key(0), jnp.zeros((1, 32, 32, 3)), train=False))
+
+
+class _Norm(nn.Module):
+  impl: str
+  swish: bool
+
+  @nn.compact
+  def __call__(self, x, train):
+    return efficientnet._norm(train, 0.9, "bn", self.swish, self.impl)(x)  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize("swish", [True, False])
+def test_fused_batch_norm_is_nn_batch_norm(swish):
+  """FusedBatchNorm (+ swish) against nn.BatchNorm (+ nn.swish): the same variables; in
+  training the same output, running averages and gradients w.r.t. scale, bias and x (its
+  custom VJP against autodiff, through the batch mean and variance); in eval the same output."""
+  x = jax.random.normal(jax.random.key(0), (6, 5, 7, 12)) * 3 + 1
+  weights = jax.random.normal(jax.random.key(4), x.shape)
+  models = {impl: _Norm(impl, swish) for impl in ("flax", "fused")}
+  shapes = {impl: shapes_and_names(jax.eval_shape(lambda m=m: m.init(jax.random.key(1), x, True)))
+            for impl, m in models.items()}
+  assert shapes["fused"] == shapes["flax"]
+  params = {"bn": {"scale": 1 + 0.3 * jax.random.normal(jax.random.key(2), (12,)),
+                   "bias": jax.random.normal(jax.random.key(3), (12,))}}
+  stats = {"bn": {"mean": jnp.full((12,), 0.5), "var": jnp.full((12,), 2.0)}}
+
+  def run(model):
+    def loss(params, x):
+      y, state = model.apply({"params": params, "batch_stats": stats}, x, True, mutable=["batch_stats"])
+      return jnp.sum(y * weights), (y, state["batch_stats"])
+    (value, (y, new_stats)), grads = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(params, x)
+    return value, y, new_stats, grads, model.apply({"params": params, "batch_stats": new_stats}, x, False)
+
+  expected, got = run(models["flax"]), run(models["fused"])
+  assert not np.allclose(expected[2]["bn"]["mean"], stats["bn"]["mean"])  # The running mean moved.
+  assert_trees_close(got, expected, 1e-5)
 
 
 # (height, width, channels, features, kernel, stride, groups, bias): every depthwise
@@ -166,10 +211,10 @@ def test_fast_conv_keeps_bf16_and_sums_in_float32():
     np.testing.assert_allclose(np.asarray(fast, np.float32), exact, rtol=2 ** -8, atol=1e-6)
 
 
-def _tiny(impl, dtype=jnp.float32):
+def _tiny(impl, dtype=jnp.float32, norm="flax"):
   """The B0 table at width/depth 0.25 with the head conv, no stochastic depth."""
   return efficientnet.EfficientNet(0.25, 0.25, 0.2, stochastic_depth_rate=0.0,
-                                   include_head=True, conv_impl=impl, dtype=dtype,
+                                   include_head=True, conv_impl=impl, norm_impl=norm, dtype=dtype,
                                    param_dtype=dtype)
 
 
@@ -205,10 +250,10 @@ def test_param_trees_are_identical(tiny_variables):
   assert expected["['params']['block_1']['depthwise_conv']['kernel']"] == (
       (3, 3, 1, 48), jnp.float32, efficientnet.DEPTHWISE)
   assert expected["['params']['stem_conv']['kernel']"][2] == efficientnet.CONV
-  for impl in ("fast", "auto"):
-    mine = jax.eval_shape(lambda impl=impl: _tiny(impl).init(
+  for impl, norm in (("fast", "flax"), ("auto", "auto"), ("xla", "fused")):
+    mine = jax.eval_shape(lambda impl=impl, norm=norm: _tiny(impl, norm=norm).init(
         jax.random.key(0), jnp.zeros(IMAGES), train=False))
-    assert shapes_and_names(mine) == expected, impl
+    assert shapes_and_names(mine) == expected, (impl, norm)
 
 
 def _train_step(model, variables, images, weights):
@@ -241,17 +286,18 @@ def test_tiny_efficientnet_train_step_matches_xla(tiny_variables, dtype=jnp.floa
     images = jax.random.normal(jax.random.key(1), IMAGES, dtype)
     weights = jax.random.normal(jax.random.key(2), (_tiny("xla").output_dim,), dtype)
     step = jax.jit(_train_step, static_argnums=0)
+    # XLA's convs and nn.BatchNorm + nn.swish against the CPU's own ('auto' here).
     expected = step(_tiny("xla", dtype), variables, images, weights)
-    got = step(_tiny("fast", dtype), variables, images, weights)
+    got = step(_tiny("fast", dtype, norm="fused"), variables, images, weights)
     # Training mode: the batch statistics move.
     assert not np.allclose(expected[0][1][1]["stem_bn"]["mean"],
                            variables["batch_stats"]["stem_bn"]["mean"])
     tol, floor = (1e-5, 1e-10) if dtype == jnp.float64 else (5e-5, 1e-4)
     assert_trees_close(got, expected, tol, floor)
-    # 'auto' is 'fast' here: the same program.
-    jaxpr = lambda impl: str(jax.make_jaxpr(functools.partial(_train_step, _tiny(impl, dtype)))(
-        variables, images, weights))
-    assert jaxpr("auto") == jaxpr("fast")
+    # 'auto' is 'fast' and 'fused' here: the same program.
+    jaxpr = lambda impl, norm: str(jax.make_jaxpr(functools.partial(
+        _train_step, _tiny(impl, dtype, norm)))(variables, images, weights))
+    assert jaxpr("auto", "auto") == jaxpr("fast", "fused")
 
 
 def test_depthwise_grad_loop_takes_every_devices_share_per_step():

@@ -17,6 +17,12 @@ parameters (`conv_impl`, config.model.image.conv_impl):
           jax-ml/jax#23713, openxla/xla#34273; benchmarks/bench_convs.py);
   'auto'  'fast' where the default backend is the CPU, else 'xla'.
 A checkpoint saved with one loads into the other.
+
+Batch norm and the swish after it likewise (`norm_impl`, config.model.image.norm_impl):
+  'flax'  nn.BatchNorm then nn.swish, autodiff'd;
+  'fused' FusedBatchNorm: the same variables and function, one op whose custom
+          VJP keeps only its input for the backward (see batch_norm_act);
+  'auto'  'fused' on the CPU, else 'flax'.
 """
 
 import dataclasses
@@ -308,12 +314,128 @@ def _conv(features, names, kernel=1, strides=1, use_bias=False, **kw):
       **kw)
 
 
-def _batch_norm(train, momentum, name, **kw):
-  """BatchNorm with the reference's epsilon and named scale/bias."""
-  return nn.BatchNorm(
-      use_running_average=not train, momentum=momentum, epsilon=1e-3, name=name,
-      scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("norm",)),
-      bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("norm",)), **kw)
+NORM_IMPLS = ("auto", "flax", "fused")
+
+
+def check_norm_impl(impl: str) -> str:
+  """Returns impl, or raises ConfigError naming config.model.image.norm_impl."""
+  if impl not in NORM_IMPLS:
+    raise config_lib.ConfigError(
+        f"config.model.image.norm_impl: {impl!r} not in {list(NORM_IMPLS)}")
+  return impl
+
+
+def resolve_norm_impl(impl: str) -> str:
+  """'auto' -> 'fused' on the CPU backend, 'flax' elsewhere; others unchanged."""
+  if check_norm_impl(impl) == "auto":
+    return "fused" if jax.default_backend() == "cpu" else "flax"
+  return impl
+
+
+def _batch_stats(x):
+  """nn.BatchNorm's training statistics: the mean and E[x^2] - mean^2 (clipped at 0) over
+  every axis but the last, in float32 or wider."""
+  x = x.astype(_accumulator(x.dtype))
+  axes = tuple(range(x.ndim - 1))
+  mean = jnp.mean(x, axes)
+  return mean, jnp.maximum(0.0, jnp.mean(jnp.square(x), axes) - jnp.square(mean))
+
+
+def _swish_derivative(y):
+  s = jax.nn.sigmoid(y)
+  return s * (1 + y * (1 - s))
+
+
+def _norm_act_forward(x, scale, bias, epsilon, swish, dtype):
+  mean, var = _batch_stats(x)
+  inv = lax.rsqrt(var + epsilon)
+  y = (x.astype(mean.dtype) - mean) * (inv * scale) + bias
+  return ((nn.swish(y) if swish else y).astype(dtype), mean, var), inv
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def batch_norm_act(x, scale, bias, epsilon: float, swish: bool, dtype):
+  """Training-mode batch norm of x [..., C], then swish if `swish`: (out, mean, var).
+
+  The same function as nn.BatchNorm(use_running_average=False) (fast variance,
+  float32 statistics) followed by nn.swish, as one op with its own VJP that keeps
+  only x and two [C] vectors for the backward: autodiff keeps the normalised x
+  and the sigmoid too, and XLA's CPU back end spends its step on such
+  elementwise passes (issue 9's profile). mean and var are returned for the
+  running averages.
+  """
+  return _norm_act_forward(x, scale, bias, epsilon, swish, dtype)[0]
+
+
+def _norm_act_fwd(x, scale, bias, epsilon, swish, dtype):
+  out, inv = _norm_act_forward(x, scale, bias, epsilon, swish, dtype)
+  return out, (x, scale, bias, out[1], inv)
+
+
+def _norm_act_bwd(epsilon, swish, dtype, residuals, cotangents):
+  del epsilon, dtype
+  x, scale, bias, mean, inv = residuals
+  g, g_mean, g_var = cotangents
+  centred = x.astype(mean.dtype) - mean
+  xhat = centred * inv
+  g = g.astype(mean.dtype)
+  if swish:
+    g = g * _swish_derivative(xhat * scale + bias)
+  axes = tuple(range(x.ndim - 1))
+  n = x.size // x.shape[-1]
+  d_bias = jnp.sum(g, axes)
+  d_scale = jnp.sum(g * xhat, axes)
+  # Through x directly and through the batch mean and variance; then the statistics'
+  # own cotangents (zero when they only feed the running averages).
+  dx = (scale * inv) * (g - d_bias / n - xhat * (d_scale / n)) + (g_mean + 2 * g_var * centred) / n
+  return dx.astype(x.dtype), d_scale.astype(scale.dtype), d_bias.astype(bias.dtype)
+
+
+batch_norm_act.defvjp(_norm_act_fwd, _norm_act_bwd)
+
+
+class FusedBatchNorm(nn.Module):
+  """nn.BatchNorm (+ swish) with nn.BatchNorm's variables (params 'scale' and 'bias',
+  batch_stats 'mean' and 'var': same names, shapes, inits and running-average update,
+  so checkpoints load either way) computed in training by `batch_norm_act`."""
+  use_running_average: bool
+  momentum: float = 0.99
+  epsilon: float = 1e-3
+  swish: bool = False
+  dtype: Any = None
+  param_dtype: Any = jnp.float32
+  scale_init: Callable = nn.initializers.ones
+  bias_init: Callable = nn.initializers.zeros
+
+  @nn.compact
+  def __call__(self, x):
+    features = (x.shape[-1],)
+    ra_mean = self.variable("batch_stats", "mean", lambda s: jnp.zeros(s, jnp.float32), features)
+    ra_var = self.variable("batch_stats", "var", lambda s: jnp.ones(s, jnp.float32), features)
+    scale = self.param("scale", self.scale_init, features, self.param_dtype)
+    bias = self.param("bias", self.bias_init, features, self.param_dtype)
+    dtype = self.dtype or jnp.result_type(x, scale, bias)
+    if self.use_running_average:
+      y = (x - ra_mean.value) * (lax.rsqrt(ra_var.value + self.epsilon) * scale) + bias
+      return (nn.swish(y.astype(dtype)) if self.swish else y).astype(dtype)
+    y, mean, var = batch_norm_act(x, scale, bias, self.epsilon, self.swish, jnp.dtype(dtype))
+    if not self.is_initializing():
+      ra_mean.value = self.momentum * ra_mean.value + (1 - self.momentum) * mean
+      ra_var.value = self.momentum * ra_var.value + (1 - self.momentum) * var
+    return y
+
+
+def _norm(train, momentum, name, swish, impl="flax", **kw):
+  """Batch norm with the reference's epsilon and named scale/bias, then swish if `swish`;
+  computed by nn.BatchNorm + nn.swish ('flax') or FusedBatchNorm ('fused'; 'auto': see
+  resolve_norm_impl)."""
+  args = dict(use_running_average=not train, momentum=momentum, epsilon=1e-3, name=name,
+              scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("norm",)),
+              bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("norm",)), **kw)
+  if resolve_norm_impl(impl) == "fused":
+    return FusedBatchNorm(swish=swish, **args)
+  bn = nn.BatchNorm(**args)
+  return (lambda x: nn.swish(bn(x))) if swish else bn
 
 
 class MBConv(nn.Module):
@@ -329,20 +451,21 @@ class MBConv(nn.Module):
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
   conv_impl: str = "auto"  # 'auto' | 'xla' | 'fast': see the module docstring.
+  norm_impl: str = "auto"  # 'auto' | 'flax' | 'fused': see the module docstring.
 
   @nn.compact
   def __call__(self, inputs, train: bool):
     kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
     conv = functools.partial(_conv, impl=self.conv_impl, **kw)
-    bn = lambda name: _batch_norm(train, self.bn_momentum, name, **kw)
+    bn = lambda name, swish=True: _norm(train, self.bn_momentum, name, swish, self.norm_impl, **kw)
     mid = self.in_filters * self.expand_ratio
     x = inputs
     if self.expand_ratio != 1:
       x = conv(mid, CONV, name="expand_conv")(x)
-      x = nn.swish(bn("expand_bn")(x))
+      x = bn("expand_bn")(x)
     x = conv(mid, DEPTHWISE, kernel=self.kernel, strides=self.stride,
              feature_group_count=mid, name="depthwise_conv")(x)
-    x = nn.swish(bn("depthwise_bn")(x))
+    x = bn("depthwise_bn")(x)
     if self.se_ratio:
       # Squeeze width comes from the block's input filters, as in the reference.
       squeezed = max(1, int(self.in_filters * self.se_ratio))
@@ -351,7 +474,7 @@ class MBConv(nn.Module):
       s = conv(mid, CONV, use_bias=True, name="se_expand")(s)
       x = x * nn.sigmoid(s)
     x = conv(self.out_filters, CONV, name="project_conv")(x)
-    x = bn("project_bn")(x)
+    x = bn("project_bn", swish=False)(x)
     if self.stride == 1 and self.in_filters == self.out_filters:
       # Drop-connect: drop the whole residual branch per example.
       x = nn.Dropout(self.drop_connect_rate, broadcast_dims=(1, 2, 3),
@@ -372,6 +495,7 @@ class EfficientNet(nn.Module):
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
   conv_impl: str = "auto"  # 'auto' | 'xla' | 'fast': see the module docstring.
+  norm_impl: str = "auto"  # 'auto' | 'flax' | 'fused': see the module docstring.
   remat: str = "none"  # Per MBConv block: mural/models/remat.py.
 
   @property
@@ -397,18 +521,19 @@ class EfficientNet(nn.Module):
   @nn.compact
   def __call__(self, images, train: bool):
     check_conv_impl(self.conv_impl)
+    check_norm_impl(self.norm_impl)
     kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
     conv = functools.partial(_conv, impl=self.conv_impl, **kw)
     x = conv(round_filters(STEM_FILTERS, self.width), CONV, kernel=3, strides=2,
              name="stem_conv")(images)
-    x = nn.swish(_batch_norm(train, self.bn_momentum, "stem_bn", **kw)(x))
+    x = _norm(train, self.bn_momentum, "stem_bn", True, self.norm_impl, **kw)(x)
     block = remat.block(MBConv, self.remat, static_argnums=(2,))  # (self, inputs, train).
     for i, args in enumerate(self.blocks()):
-      x = block(**args, bn_momentum=self.bn_momentum, conv_impl=self.conv_impl,
+      x = block(**args, bn_momentum=self.bn_momentum, conv_impl=self.conv_impl, norm_impl=self.norm_impl,
                  name=f"block_{i}", **kw)(x, train)
     if self.include_head:
       x = conv(self.output_dim, CONV, name="head_conv")(x)
-      x = nn.swish(_batch_norm(train, self.bn_momentum, "head_bn", **kw)(x))
+      x = _norm(train, self.bn_momentum, "head_bn", True, self.norm_impl, **kw)(x)
     features = jnp.mean(x, axis=(1, 2))
     aux = {}
     if self.num_classes:
@@ -428,7 +553,7 @@ class EfficientNet(nn.Module):
 def from_config(image_config, dtype, param_dtype) -> EfficientNet:
   """config.model.image -> EfficientNet; coefficient fields override the variant.
 
-  conv_impl is read with .get (default 'auto') so configs without the field work.
+  conv_impl and norm_impl are read with .get (default 'auto') so configs without them work.
   """
   if image_config.variant not in VARIANTS:
     raise config_lib.ConfigError(
@@ -444,5 +569,6 @@ def from_config(image_config, dtype, param_dtype) -> EfficientNet:
       num_classes=image_config.num_classes,
       bn_momentum=image_config.bn_momentum,
       conv_impl=check_conv_impl(image_config.get("conv_impl", "auto")),
+      norm_impl=check_norm_impl(image_config.get("norm_impl", "auto")),
       remat=remat.check(image_config.get("remat", "none"), "model.image.remat"),
       dtype=dtype, param_dtype=param_dtype)
