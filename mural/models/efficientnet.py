@@ -529,8 +529,8 @@ class EfficientNet(nn.Module):
     x = _norm(train, self.bn_momentum, "stem_bn", True, self.norm_impl, **kw)(x)
     block = remat.block(MBConv, self.remat, static_argnums=(2,))  # (self, inputs, train).
     for i, args in enumerate(self.blocks()):
-      x = block(**args, bn_momentum=self.bn_momentum, conv_impl=self.conv_impl, norm_impl=self.norm_impl,
-                 name=f"block_{i}", **kw)(x, train)
+      x = block(**args, bn_momentum=self.bn_momentum, conv_impl=self.conv_impl,
+                norm_impl=self.norm_impl, name=f"block_{i}", **kw)(x, train)
     if self.include_head:
       x = conv(self.output_dim, CONV, name="head_conv")(x)
       x = _norm(train, self.bn_momentum, "head_bn", True, self.norm_impl, **kw)(x)
