@@ -20,7 +20,6 @@ again; pure data parallelism over 8 devices is in tests/test_ring_loss.py.)
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -109,10 +108,7 @@ def test_two_processes_match_one_process(tmp_path, tiny_vocab):
   vocab_path = tiny_vocab
   two = tmp_path / "two"
   with open(tmp_path / "two.log", "w") as out, open(tmp_path / "two.err", "w") as err:
-    # At low priority (nice 10): while one process waits in a collective it keeps a core busy (about
-    # 2 CPU-s per second of the ten steps, measured), which the other pytest worker can use instead.
-    nice = ["nice", "-n", "10"] if shutil.which("nice") else []
-    pair = subprocess.Popen([*nice, sys.executable, "launch/local_multiprocess.py", "--num_processes=2",
+    pair = subprocess.Popen([sys.executable, "launch/local_multiprocess.py", "--num_processes=2",
                              "--devices_per_process=4", f"--script={__file__}", "--", str(two), vocab_path],
                             cwd=ROOT, env=dict(os.environ, **NO_CACHE, TF_CPP_MIN_LOG_LEVEL="3"), stdout=out,
                             stderr=err, text=True)
