@@ -95,21 +95,39 @@ DEPTHWISE = (None, None, None, "conv_out")  # Depthwise kernel: one input channe
 
 
 CONV_IMPLS = ("auto", "xla", "fast")
+NORM_IMPLS = ("auto", "flax", "fused")
+
+
+def _check_impl(impl: str, impls: tuple, field: str) -> str:
+  """Returns impl, or raises ConfigError naming config.model.image.<field>."""
+  if impl not in impls:
+    raise config_lib.ConfigError(f"config.model.image.{field}: {impl!r} not in {list(impls)}")
+  return impl
+
+
+def _resolve(impl: str, on_cpu: str, elsewhere: str) -> str:
+  """'auto' -> on_cpu on the CPU backend, elsewhere on others; other values unchanged."""
+  if impl == "auto":
+    return on_cpu if jax.default_backend() == "cpu" else elsewhere
+  return impl
 
 
 def check_conv_impl(impl: str) -> str:
-  """Returns impl, or raises ConfigError naming config.model.image.conv_impl."""
-  if impl not in CONV_IMPLS:
-    raise config_lib.ConfigError(
-        f"config.model.image.conv_impl: {impl!r} not in {list(CONV_IMPLS)}")
-  return impl
+  return _check_impl(impl, CONV_IMPLS, "conv_impl")
 
 
 def resolve_conv_impl(impl: str) -> str:
   """'auto' -> 'fast' on the CPU backend, 'xla' elsewhere; others unchanged."""
-  if check_conv_impl(impl) == "auto":
-    return "fast" if jax.default_backend() == "cpu" else "xla"
-  return impl
+  return _resolve(check_conv_impl(impl), "fast", "xla")
+
+
+def check_norm_impl(impl: str) -> str:
+  return _check_impl(impl, NORM_IMPLS, "norm_impl")
+
+
+def resolve_norm_impl(impl: str) -> str:
+  """'auto' -> 'fused' on the CPU backend, 'flax' elsewhere; others unchanged."""
+  return _resolve(check_norm_impl(impl), "fused", "flax")
 
 
 def same_padding(size: int, kernel: int, stride: int) -> tuple[int, int]:
@@ -312,24 +330,6 @@ def _conv(features, names, kernel=1, strides=1, use_bias=False, **kw):
           nn.initializers.variance_scaling(2.0, mode, "normal"), names),
       bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("conv_out",)),
       **kw)
-
-
-NORM_IMPLS = ("auto", "flax", "fused")
-
-
-def check_norm_impl(impl: str) -> str:
-  """Returns impl, or raises ConfigError naming config.model.image.norm_impl."""
-  if impl not in NORM_IMPLS:
-    raise config_lib.ConfigError(
-        f"config.model.image.norm_impl: {impl!r} not in {list(NORM_IMPLS)}")
-  return impl
-
-
-def resolve_norm_impl(impl: str) -> str:
-  """'auto' -> 'fused' on the CPU backend, 'flax' elsewhere; others unchanged."""
-  if check_norm_impl(impl) == "auto":
-    return "fused" if jax.default_backend() == "cpu" else "flax"
-  return impl
 
 
 def _batch_stats(x):
