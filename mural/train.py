@@ -179,8 +179,12 @@ def make_grad_fn(model, tasks: Sequence[system_lib.Task], accum_steps: int, mesh
   def grads_of(grads_for, params, batch_stats, batch, rng, chosen=None):
     if chosen is None:
       return grads_for(tasks, params, batch_stats, batch, rng)
-    # One task per step: every branch returns every task's metrics (zeros when not run).
-    shapes = jax.eval_shape(lambda: grads_for(tasks, params, batch_stats, batch, rng))[2]
+    # One task per step: every branch returns every task's metrics (zeros when not run). Their
+    # shapes from the forwards and losses alone (no gradient traced for them).
+    def forward_metrics():
+      losses, (_, metrics) = system_lib.task_losses(model, tasks, params, batch_stats, batch, rng)
+      return {**metrics, "loss": sum(losses.values())}
+    shapes = jax.eval_shape(forward_metrics)
 
     def branch(task):
       def run(params, batch_stats, batch, rng):
@@ -334,7 +338,10 @@ def build(config) -> Setup:
                       rng=state_rng)
 
   # ---- Shapes and shardings ---------------------------------------------------
-  abstract_state = jax.eval_shape(init, rng0)
+  abstract_state = TrainState(  # init's shapes, without tracing the model's init again.
+      step=jax.ShapeDtypeStruct((), jnp.int32), params=variables["params"],
+      opt_state=jax.eval_shape(optimizer.init, variables["params"]), batch_stats=batch_stats,
+      rng=jax.eval_shape(lambda r: jax.random.split(r)[1], rng0))
   rep = sharding.replicated(mesh)
   param_shardings = sharding.logical_shardings(boxed["params"], mesh, rules, config.shard_min_size)
   state_shardings = TrainState(
