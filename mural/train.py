@@ -338,10 +338,7 @@ def build(config) -> Setup:
                       rng=state_rng)
 
   # ---- Shapes and shardings ---------------------------------------------------
-  abstract_state = TrainState(  # init's shapes, without tracing the model's init again.
-      step=jax.ShapeDtypeStruct((), jnp.int32), params=variables["params"],
-      opt_state=jax.eval_shape(optimizer.init, variables["params"]), batch_stats=batch_stats,
-      rng=jax.eval_shape(lambda r: jax.random.split(r)[1], rng0))
+  abstract_state = jax.eval_shape(init, rng0)
   rep = sharding.replicated(mesh)
   param_shardings = sharding.logical_shardings(boxed["params"], mesh, rules, config.shard_min_size)
   state_shardings = TrainState(

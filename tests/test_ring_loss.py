@@ -7,7 +7,8 @@ rows, to 1e-5 (the losses compute in float32); the temperature's gradient, a
 sum of B^2 terms of size 1/T^2 that mostly cancel, against a float64 NumPy
 central difference, which both implementations must meet. XLA's memory
 analysis shows what the ring is for: at a fixed per-device batch the full
-loss's temporaries grow with the number of devices, the ring's do not.
+loss's temporaries grow with the number of devices, the ring's do not. The
+same subprocess checks the CPU's depthwise conv on a sharded batch.
 """
 
 import json
@@ -98,9 +99,34 @@ def _temp_bytes(devices: int, axes, per_device: int = 256, dim: int = 64) -> int
   return int(compiled.memory_analysis().temp_size_in_bytes)
 
 
+def _sharded_depthwise():
+  """The CPU's 'fast' depthwise conv (configs/tiny.py trains with XLA's, so the trainer's
+  multi-device tests no longer run it) on a batch split over 8 devices, traced under the mesh
+  as the trainer traces its step: the largest relative differences of its input and kernel
+  gradients from lax's conv, and whether the compiled gradient gathers anything (its kernel
+  gradient's loop must take the same examples from every device: efficientnet._batch_chunk)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from jax.sharding import NamedSharding, PartitionSpec as P  # pylint: disable=g-import-not-at-top
+  from mural.models import efficientnet  # pylint: disable=g-import-not-at-top
+  mesh = jax.make_mesh((8,), ("data",))
+  rng = np.random.default_rng(0)
+  x, kernel = rng.normal(size=(16, 12, 12, 8)), rng.normal(size=(3, 3, 1, 8))
+  x, kernel, cotangent = (a.astype(np.float32) for a in (x, kernel, rng.normal(size=(16, 6, 6, 8))))
+  grad = lambda impl: jax.grad(lambda x, k: jnp.sum(efficientnet.conv2d(x, k, 2, 8, impl) * cotangent),
+                               argnums=(0, 1))
+  sharded_x = jax.device_put(x, NamedSharding(mesh, P("data")))
+  with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+    compiled = jax.jit(grad("fast")).lower(sharded_x, kernel).compile()
+  got, want = compiled(sharded_x, kernel), jax.jit(grad("xla"))(x, kernel)
+  return {"grad_x": float(np.max(np.abs(got[0] - want[0])) / np.max(np.abs(want[0]))),
+          "grad_kernel": float(np.max(np.abs(got[1] - want[1])) / np.max(np.abs(want[1]))),
+          "all_gather": "all-gather" in compiled.as_text()}
+
+
 def _worker():
   import jax  # pylint: disable=g-import-not-at-top
-  out = {"devices": jax.device_count(), "compare": {}, "temp_bytes": {}}
+  out = {"devices": jax.device_count(), "compare": {}, "temp_bytes": {}, "depthwise": _sharded_depthwise()}
   for mesh in MESHES:
     for t, m in CASES:
       out["compare"][f"{'x'.join(map(str, mesh))} T={t} m={m}"] = _compare(mesh, t, m, np.float32)
@@ -138,6 +164,12 @@ def test_ring_temporaries_stay_flat_as_devices_grow(results):
   # visiting embeddings (B x D floats, 0.5 MB at 8 devices here).
   assert ring[8] < 1.5 * ring[2], ring
   assert ring[8] < full[8] / 3, (ring, full)
+
+
+def test_fast_depthwise_conv_on_a_sharded_batch(results):
+  r = results["depthwise"]
+  assert r["grad_x"] < 1e-5 and r["grad_kernel"] < 1e-5, r
+  assert not r["all_gather"], r
 
 
 if __name__ == "__main__":
