@@ -21,6 +21,12 @@ def _cpu_seconds() -> float:
   return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+def pytest_configure(config):
+  del config
+  if not os.environ.get("MURAL_TEST_CPU_LOG"):
+    raise pytest.UsageError("pytest_cpu: set MURAL_TEST_CPU_LOG to the file to append to")
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
   del nextitem
