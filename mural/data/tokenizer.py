@@ -53,12 +53,8 @@ def _as_dataset(texts: Union[tf.data.Dataset, Iterable[str]]) -> tf.data.Dataset
     return texts.unbatch() if spec.shape.rank else texts
   if isinstance(texts, (str, bytes)):
     raise ValueError("build_vocab: texts must be an iterable of strings, not one string")
-
-  def gen():
-    for t in texts:
-      yield t
-
-  return tf.data.Dataset.from_generator(gen, output_signature=tf.TensorSpec([], tf.string))
+  # One tensor, not from_generator: a Python call per text made learning the demo's vocab 8x slower.
+  return tf.data.Dataset.from_tensor_slices(tf.constant(list(texts), tf.string))
 
 
 def build_vocab(texts: Union[tf.data.Dataset, Iterable[str]],
