@@ -10,7 +10,7 @@ vocab x token_embed_dim table projected by a Dense to hidden_dim, which cuts
 what `mural.describe` counts as token embeddings.
 """
 
-from typing import Any
+from typing import Any, Optional
 
 import flax.linen as nn
 import jax.numpy as jnp
@@ -44,17 +44,23 @@ class EncoderLayer(nn.Module):
   param_dtype: Any = jnp.float32
 
   @nn.compact
-  def __call__(self, x, attention_mask, train: bool):
+  def __call__(self, x, attention_mask, train: bool, first_rows: Optional[int] = None):
+    """x [B, L, H] -> [B, L, H], or the outputs of its first `first_rows` positions only (the
+    same values: a position's output reads every position's keys and values, its own query)."""
     kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
     hidden = x.shape[-1]
     drop = lambda y: nn.Dropout(self.dropout_rate, deterministic=not train)(y)
+    if first_rows is not None:
+      x, kv, attention_mask = x[:, :first_rows], x, attention_mask[:, :, :first_rows]
+    else:
+      kv = x
     y = nn.MultiHeadDotProductAttention(
         num_heads=self.num_heads, dropout_rate=self.dropout_rate, deterministic=not train,
         kernel_init=_named(_init, ("embed", "heads", "kv")),
         bias_init=_named(nn.initializers.zeros, ("heads", "kv")),
         out_kernel_init=_named(_init, ("heads", "kv", "embed")),
         out_bias_init=_named(nn.initializers.zeros, ("embed",)),
-        force_fp32_for_softmax=True, name="attention", **kw)(x, x, mask=attention_mask)
+        force_fp32_for_softmax=True, name="attention", **kw)(x, kv, mask=attention_mask)
     x = _layer_norm("attention_norm", **kw)(x + drop(y))
     y = _dense(self.mlp_dim, "embed", "mlp", "mlp_in", **kw)(x)
     y = _dense(hidden, "mlp", "embed", "mlp_out", **kw)(nn.gelu(y, approximate=False))
@@ -97,11 +103,18 @@ class Bert(nn.Module):
     x = _layer_norm("embed_norm", **kw)(x)
     x = nn.Dropout(self.dropout_rate, deterministic=not train)(x)
     attention_mask = nn.make_attention_mask(mask > 0, mask > 0)
-    layer = remat.block(EncoderLayer, self.remat, static_argnums=(3,))  # (self, x, mask, train).
+    # (self, x, mask, train, first_rows).
+    layer = remat.block(EncoderLayer, self.remat, static_argnums=(3, 4))
+    cls = None
     for i in range(self.num_layers):
-      x = layer(self.num_heads, self.mlp_dim, self.dropout_rate,
-                       name=f"layer_{i}", **kw)(x, attention_mask, train)
-    return x[:, 0], {"sequence": x}
+      block = layer(self.num_heads, self.mlp_dim, self.dropout_rate, name=f"layer_{i}", **kw)
+      if i == self.num_layers - 1 and (not train or self.dropout_rate == 0):
+        # [CLS] through the last layer on its own too (same parameters, no dropout draw): a
+        # caller that reads only [CLS] (a dual encoder) leaves the whole-sequence output
+        # unused, and XLA drops it: the last layer runs one query position, not L.
+        cls = block(x, attention_mask, train, 1)[:, 0]
+      x = block(x, attention_mask, train, None)
+    return (x[:, 0] if cls is None else cls), {"sequence": x}
 
 
 def from_config(text_config, dtype, param_dtype) -> Bert:
