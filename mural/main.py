@@ -60,6 +60,7 @@ _HEARTBEAT_TIMEOUT = flags.DEFINE_integer(
     "heartbeat_timeout_s", 30, "Seconds without a heartbeat after which a peer process counts as dead.")
 _CONFIG_PATH = None  # The --config file, for error messages (set when flags are parsed).
 _DISTRIBUTED = False  # jax.distributed is up (see _fail).
+_TRAINING = False  # --mode=train has started (see _fail).
 
 
 class _QuietOrbax(std_logging.Filter):
@@ -71,10 +72,11 @@ class _QuietOrbax(std_logging.Filter):
 
 def _fail(code: int, message: str):
   print(f"mural: error: {message}", file=sys.stderr)
-  if _DISTRIBUTED:
+  if _DISTRIBUTED or _TRAINING:
     # sys.exit would wait at jax.distributed's shutdown barrier for peers that
-    # may be stuck in a collective with this process: leave now, and let the
-    # launcher (or the coordination service's heartbeat) stop the others.
+    # may be stuck in a collective with this process, or for the train step
+    # still compiling in its thread (train.compile_train_step_in_background): leave
+    # now, and let the launcher (or the coordination service's heartbeat) stop the others.
     sys.stderr.flush()
     sys.stdout.flush()
     os._exit(code)
@@ -139,6 +141,7 @@ def _writable_workdir(workdir: str) -> None:
 
 
 def main(argv):
+  global _TRAINING
   if len(argv) > 1:
     _fail(2, f"unexpected arguments {argv[1:]}")
   std_logging.getLogger("absl").addFilter(_QuietOrbax())
@@ -184,6 +187,7 @@ def main(argv):
       _fail(2, "--mode=export runs as one process (it reads a checkpoint of any process count)")
     _init_distributed(config, _WORKDIR.value)
     if _MODE.value == "train":
+      _TRAINING = True
       train.train_and_evaluate(config, _WORKDIR.value)
     elif _MODE.value == "export":
       from mural import export  # pylint: disable=g-import-not-at-top

@@ -24,6 +24,7 @@ checkpoint at the next step boundary and returns.
 import copy
 import dataclasses
 import functools
+from concurrent import futures
 from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 import flax.linen as nn
@@ -270,6 +271,26 @@ def jit_train_step(setup: "Setup"):
   return setup.jitted_train_step
 
 
+def compile_train_step_in_background(setup: "Setup") -> futures.Future:
+  """Traces and compiles jit_train_step(setup) for the state's and batches' layouts in a thread.
+
+  The caller meanwhile learns the vocab, builds the input pipeline and initialises the state
+  (work that mostly waits on Python, TensorFlow or another compile: on 2 cores the demo starts
+  its first step ~25 s sooner). The step's first call with arrays of these layouts then finds
+  the executable in jit's caches. `.result()` waits for it and re-raises its error.
+  """
+  config = setup.config
+  state = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+                       setup.abstract_state, setup.state_shardings)
+  batch = {t.name: {k: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=setup.data_sharding)
+                    for k, s in t.shapes(config).items()} for t in setup.tasks}
+  step = jit_train_step(setup)
+  pool = futures.ThreadPoolExecutor(1, thread_name_prefix="mural-compile")
+  compiled = pool.submit(lambda: step.lower(state, batch).compile())
+  pool.shutdown(wait=False)  # Its one thread ends with the job.
+  return compiled
+
+
 # ---------------------------------------------------------------------------
 # Everything built from the config before any data or checkpoint is read.
 
@@ -295,9 +316,15 @@ class Setup:
   embedders: Dict[int, Any] = dataclasses.field(default_factory=dict)  # embedder's, by batch size.
 
   def init_state(self, rng) -> TrainState:
-    """init(rng), jitted into the state's shardings."""
+    """init(rng), jitted into the state's shardings.
+
+    On the CPU its LLVM code is compiled unoptimised: the program runs once, and optimising its
+    hundreds of inlined random-number kernels costs more than it saves (demo, AVX2 EPYC:
+    compile 18 s -> 6 s). Values may differ from an optimised program's in the last bit."""
     if self.jitted_init is None:
-      self.jitted_init = jax.jit(self.init, out_shardings=self.state_shardings)
+      cpu = jax.default_backend() == "cpu"
+      self.jitted_init = jax.jit(self.init, out_shardings=self.state_shardings,
+                                 compiler_options={"xla_backend_optimization_level": 0} if cpu else None)
     return self.jitted_init(rng)
 
   def embedder(self, batch_size: int) -> evaluate_lib.Embedder:
@@ -399,6 +426,15 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
                [t.name for t in setup.tasks], dict(setup.mesh.shape), jax.device_count(),
                jax.process_count())
 
+  # ---- Update step: compiled in a thread while the input and the state are made ----
+  es = config.early_stopping
+  stopper = checkpointing.EarlyStopping(es.metric, es.patience, es.mode) if es.metric else None
+  checkpoints = checkpointing.Checkpoints(workdir, config.keep_checkpoints, track_best=stopper is not None)
+  on_disk = checkpoints.latest_step()
+  compiling = (compile_train_step_in_background(setup)
+               if on_disk is None or on_disk < config.total_steps else None)
+  train_step = jit_train_step(setup)
+
   # ---- Input pipeline -------------------------------------------------------
   tokenizer = None
   if train_iter is None:
@@ -408,13 +444,7 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
     evaluators = setup.system.evaluators(config, setup.tasks, tokenizer)
   shapes = {t.name: tuple(t.shapes(config)) for t in setup.tasks}
 
-  # ---- Update step ----------------------------------------------------------
-  train_step = jit_train_step(setup)
-
   # ---- Restore or initialise ----------------------------------------------
-  es = config.early_stopping
-  stopper = checkpointing.EarlyStopping(es.metric, es.patience, es.mode) if es.metric else None
-  checkpoints = checkpointing.Checkpoints(workdir, config.keep_checkpoints, track_best=stopper is not None)
   latest, state, data_state = checkpoints.restore_latest(setup.abstract_state, setup.state_shardings)
   if latest is not None:
     if data_state is not None:
@@ -448,6 +478,8 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
       log.write(step, train_iter.skip_counts())
 
   # ---- Loop -----------------------------------------------------------------
+  if compiling is not None:
+    compiling.result()
   total = config.total_steps
   preempted = False
   early_stopped = stopper is not None and stopper.exhausted
