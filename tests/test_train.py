@@ -6,6 +6,7 @@ compile of the train step dominates (~15-30 s per distinct step function).
 """
 
 import json
+import logging
 import os
 import pathlib
 import re
@@ -45,7 +46,19 @@ def uninterrupted(tiny_vocab, tmp_path_factory):
   workdir = tmp_path_factory.mktemp("full")
   config = tiny_config(tiny_vocab)
   setup = train.build(config)
-  result = train.train_and_evaluate(config, str(workdir), setup=setup)
+  # JAX logs each lowering of a jitted function (at DEBUG unless jax_log_compiles): the step is
+  # compiled in a thread before the loop, and the loop's first call must find it.
+  pxla, records = logging.getLogger("jax._src.interpreters.pxla"), []
+  handler, level = logging.Handler(logging.DEBUG), pxla.level
+  handler.emit = records.append
+  pxla.addHandler(handler)
+  pxla.setLevel(logging.DEBUG)
+  try:
+    result = train.train_and_evaluate(config, str(workdir), setup=setup)
+  finally:
+    pxla.removeHandler(handler)
+    pxla.setLevel(level)
+  result["step_lowerings"] = sum(r.getMessage().startswith("Compiling jit(train_step)") for r in records)
   return config, workdir, result, setup
 
 
@@ -72,6 +85,7 @@ def test_end_to_end_outputs(uninterrupted):
           for e in tf.compat.v1.train.summary_iterator(str(f)) for v in e.summary.value}
   assert {(10, "train/loss"), (10, "train/lr/t2t"), (10, "eval/en/mR"), (5, "eval/en-de/acc")} <= tags
   assert result["step"] == 10 and not result["preempted"]
+  assert result["step_lowerings"] == 1  # In the background; the loop's calls reuse it.
   assert result["eval"]["en/mR"] == scores["en/mR"]
   assert (workdir / "vocab.txt").exists() is False  # vocab_path given: nothing learned here.
 
