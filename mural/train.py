@@ -276,7 +276,7 @@ def compile_train_step_in_background(setup: "Setup") -> futures.Future:
 
   The caller meanwhile learns the vocab, builds the input pipeline and initialises the state
   (work that mostly waits on Python, TensorFlow or another compile: on 2 cores the demo starts
-  its first step ~25 s sooner). The step's first call with arrays of these layouts then finds
+  its first step ~21 s sooner). The step's first call with arrays of these layouts then finds
   the executable in jit's caches. `.result()` waits for it and re-raises its error.
   """
   config = setup.config
