@@ -217,9 +217,10 @@ def test_cls_alone_through_the_last_layer_is_the_sequence_output_and_costs_less(
     g_cls = jax.grad(lambda p: jnp.sum(apply(p)[0] * w))(params)
     g_seq = jax.grad(lambda p: jnp.sum(apply(p)[1]["sequence"][:, 0] * w))(params)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), g_cls, g_seq)
-    flops = lambda f: jax.jit(f).lower(params).compile().cost_analysis()["flops"]
-    only_cls, whole = flops(lambda p: apply(p)[0]), flops(lambda p: apply(p)[1]["sequence"])
-    assert only_cls < 0.75 * whole, (only_cls, whole)  # Measured: 0.67 (1.0 with one path).
+    if train:  # The program of a caller that reads only [CLS] (training without dropout).
+      flops = lambda f: jax.jit(f).lower(params).compile().cost_analysis()["flops"]
+      only_cls, whole = flops(lambda p: apply(p)[0]), flops(lambda p: apply(p)[1]["sequence"])
+      assert only_cls < 0.75 * whole, (only_cls, whole)  # Measured: 0.67 (1.0 with one path).
   # With dropout in training [CLS] is position 0 of the one path (no second dropout draw).
   net = bert.Bert(vocab, h, h, layers, 4, mlp, length, dropout_rate=0.1)
   cls, aux = net.apply({"params": params}, ids, mask, train=True, rngs={"dropout": jax.random.key(3)})
