@@ -202,6 +202,8 @@ def test_build_from_dataset_equals_build_from_list(tmp_path):
   v_list = tok_lib.build_vocab(texts, 200, str(tmp_path / "a.txt"))
   v_ds = tok_lib.build_vocab(tf.data.Dataset.from_tensor_slices(texts).batch(4), 200, str(tmp_path / "b.txt"))
   assert v_list == v_ds
+  with pytest.raises(ValueError, match=r"texts\[1\] is a NoneType, not a string"):
+    tok_lib.build_vocab(["a b", None], 200, str(tmp_path / "c.txt"))
   assert "##" + "ý" in v_list and "ý" in v_list  # Characters, also as continuation pieces.
 
 

@@ -53,8 +53,12 @@ def _as_dataset(texts: Union[tf.data.Dataset, Iterable[str]]) -> tf.data.Dataset
     return texts.unbatch() if spec.shape.rank else texts
   if isinstance(texts, (str, bytes)):
     raise ValueError("build_vocab: texts must be an iterable of strings, not one string")
+  texts = list(texts)
+  bad = next((i for i, t in enumerate(texts) if not isinstance(t, (str, bytes))), None)
+  if bad is not None:
+    raise ValueError(f"build_vocab: texts[{bad}] is a {type(texts[bad]).__name__}, not a string")
   # One tensor, not from_generator: a Python call per text made learning the demo's vocab 8x slower.
-  return tf.data.Dataset.from_tensor_slices(tf.constant(list(texts), tf.string))
+  return tf.data.Dataset.from_tensor_slices(tf.constant(texts, tf.string))
 
 
 def build_vocab(texts: Union[tf.data.Dataset, Iterable[str]],
