@@ -62,6 +62,7 @@ def get_config():
   c.total_steps = 1200
 
   c.data.image_size = 32
+  c.data.autotune = False  # Closing the pipeline is immediate (config_lib.py says why).
   c.data.eval_resize = 32
   c.data.random_flip = False
   c.data.crop_area_range = (1.0, 1.0)

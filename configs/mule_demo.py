@@ -45,6 +45,7 @@ def get_config(ablation: str = "embn_nc_lc"):
   c.model.text.max_len = 24
 
   c.data.image_size = 32
+  c.data.autotune = False  # Closing the pipeline is immediate (config_lib.py says why).
   c.data.eval_resize = 32
   c.data.random_flip = False  # Captions say left/right: a flip would make them false.
   c.data.crop_area_range = (1.0, 1.0)

@@ -26,6 +26,7 @@ def get_config():
   c.model.heads.embed_dim = 80  # The tiny tower's pooled width: round_filters(320, 0.25).
   c.model.heads.mlp_hidden_dim = 64
   c.data.image_size = 32  # Smallest size the 5 stride-2 stages reduce to 1 x 1.
+  c.data.autotune = False  # Closing the pipeline is immediate (config_lib.py says why).
   c.data.eval_resize = 36  # Keeps ALIGN's crop/resize ratio roughly (289/346).
   c.tasks.i2t.batch_size = 8
   c.tasks.t2t.batch_size = 8

@@ -128,6 +128,15 @@ def test_batches_fixed_shapes_tokenised_and_paired(tmp_path, tok):
   assert seen == list(range(24))  # shuffle_buffer 0: file order, nothing lost.
 
 
+
+@pytest.mark.parametrize("autotune", [True, False])
+def test_autotune_option_reaches_every_task_dataset(tmp_path, tok, autotune):
+  # Off in the CPU configs: TF's autotune thread can hold an iterator's deletion up to 60 s.
+  path = _write(tmp_path / "a.tfrecord", [_good(n) for n in range(8)])
+  pairs = _pairs_tsv(tmp_path / "p.tsv", [("cap 1", "cap 2", "en", "de")] * 4)
+  it = _iterator(_config([_tfrecord(path)], [pairs], autotune=autotune), tok, seed=0)
+  assert [t.dataset().options().autotune.enabled for t in it._tasks] == [autotune, autotune]
+
 @pytest.mark.parametrize("field,value", [
     ("languages", ["en", "EN"]), ("languages", ["en", "en"]), ("language_sampling_temperature", 0.0),
     ("shuffle_buffer", -1), ("crop_area_range", (0.0, 1.0)), ("crop_area_range", (0.9, 0.5)),

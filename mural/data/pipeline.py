@@ -281,7 +281,8 @@ class _Task:
     self._it = None
     _OPEN_TASKS.add(self)
 
-  def _build(self):
+  def dataset(self) -> tf.data.Dataset:
+    """The batches from `state` on (records, then `finish`ed batches), with this run's options."""
     par = self.data.num_parallel_calls
     par = tf.data.AUTOTUNE if par == -1 else par
     streams = [_source_stream(self, s, i, self.state["sources"][i], self.seed, self.data, par)
@@ -310,11 +311,12 @@ class _Task:
     ds = ds.prefetch(self.data.prefetch_batches)
     options = tf.data.Options()
     options.deterministic = True
-    self._it = ds.with_options(options).as_numpy_iterator()
+    options.autotune.enabled = self.data.autotune
+    return ds.with_options(options)
 
   def next(self) -> dict:
     if self._it is None:
-      self._build()
+      self._it = self.dataset().as_numpy_iterator()
     batch = next(self._it)
     source, epoch, pos, skips = (batch.pop(k) for k in ("_source", "_epoch", "_pos", "_skips"))
     for i, st in enumerate(self.state["sources"]):
