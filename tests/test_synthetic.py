@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from mural import config_lib
+from mural.data import sources as sources_lib
 from mural.data import synthetic as S
 
 O = S.Obj
@@ -240,6 +241,20 @@ def test_source_counts_follow_the_config():
                               for x in _take(S.text_pair_source(cfg, "train", 0, 1)))
   assert pairs == {("de", "sw"): 4}
 
+
+
+def test_text_only_source_is_the_same_records_without_images():
+  # The vocab reads captions only; the images are drawn (the captions' draws follow theirs)
+  # but not painted. Records at start_index 5, endless, as the pipeline opens them.
+  cfg = _config(size=16, languages=["en", "de", "sw"], default_pairs=20)
+  full = _take(S.image_text_source(cfg, "train", 0, 1, 5, num_epochs=None).take(70))
+  text = _take(S.image_text_source(cfg, "train", 0, 1, 5, num_epochs=None, with_images=False).take(70))
+  assert all(set(r) == {"caption", "lang"} for r in text)
+  assert text == [{k: r[k] for k in ("caption", "lang")} for r in full]
+  assert len({r["caption"] for r in text}) > 40  # Varied, not one repeated caption.
+  opened = sources_lib.synthetic_image_text(dict(name="synthetic"), "train", config=cfg)
+  assert _take(opened.open_text_at(0).take(70)) == _take(
+      S.image_text_source(cfg, "train", 0, 1, num_epochs=None, with_images=False).take(70))
 
 def test_translation_pairs_describe_one_scene():
   cfg = _config(size=8, translation_pairs=30)

@@ -235,47 +235,77 @@ def _upsample_matrix(size: int, grid: int) -> np.ndarray:
   return w
 
 
-def _background(size: int, rng: np.random.Generator) -> np.ndarray:
+class _Nuisance(NamedTuple):
+  """Everything a scene's image draws from the rng, in draw order (painting draws nothing)."""
+  background: dict  # kind, c0, c1 and the kind's own parameters.
+  centres: np.ndarray  # [objects, (x, y)], image-side units.
+  radii: np.ndarray
+  colours: list  # Per object, jittered RGB.
+
+
+def _draw_background(size: int, rng: np.random.Generator) -> dict:
   kind = int(rng.integers(4))
-  c0, c1 = _muted_colour(rng).astype(np.float32), _muted_colour(rng).astype(np.float32)
+  b = dict(kind=kind, c0=_muted_colour(rng).astype(np.float32), c1=_muted_colour(rng).astype(np.float32))
   if kind == 0:  # Solid.
-    return np.broadcast_to(c0, (size, size, 3)).copy()
-  coords = (np.arange(size, dtype=np.float32) + 0.5) / size
-  angle = rng.uniform(0, 2 * math.pi)
-  t = coords[None, :] * math.cos(angle) + coords[:, None] * math.sin(angle)  # [y, x]
-  if kind == 1:  # Linear gradient.
-    t = (t - t.min()) / max(float(t.max() - t.min()), 1e-6)
-    return c0 + t[..., None] * (c1 - c0)
+    return b
+  b["angle"] = rng.uniform(0, 2 * math.pi)
   if kind == 2:  # Smooth colour noise plus grain.
     grid = int(rng.integers(3, 7))
-    cells = c0 + rng.uniform(-25, 25, (grid, grid, 3)).astype(np.float32)
+    b["cells"] = b["c0"] + rng.uniform(-25, 25, (grid, grid, 3)).astype(np.float32)
+    b["grain"] = rng.normal(0, 5, (size, size, 1)).astype(np.float32)
+  elif kind == 3:  # Stripes with soft edges.
+    b["period"] = rng.uniform(0.12, 0.3)
+    b["phase"] = rng.uniform(0, 2 * math.pi)
+  return b
+
+
+def _paint_background(b: dict, size: int) -> np.ndarray:
+  c0, c1 = b["c0"], b["c1"]
+  if b["kind"] == 0:
+    return np.broadcast_to(c0, (size, size, 3)).copy()
+  coords = (np.arange(size, dtype=np.float32) + 0.5) / size
+  t = coords[None, :] * math.cos(b["angle"]) + coords[:, None] * math.sin(b["angle"])  # [y, x]
+  if b["kind"] == 1:  # Linear gradient.
+    t = (t - t.min()) / max(float(t.max() - t.min()), 1e-6)
+    return c0 + t[..., None] * (c1 - c0)
+  if b["kind"] == 2:
+    cells = b["cells"]
+    grid = cells.shape[0]
     w = _upsample_matrix(size, grid)
     rows = (w @ cells.reshape(grid, grid * 3)).reshape(size, grid, 3)  # [y, j, c]
     img = np.matmul(w[None], rows)  # [y, x, c]: separable bilinear upsampling.
-    return img + rng.normal(0, 5, (size, size, 1)).astype(np.float32)
-  period = rng.uniform(0.12, 0.3)  # Stripes with soft edges.
-  wave = np.clip(np.sin(2 * math.pi * t / period + rng.uniform(0, 2 * math.pi)) * size * period / 4, -0.5, 0.5) + 0.5
+    return img + b["grain"]
+  period = b["period"]
+  wave = np.clip(np.sin(2 * math.pi * t / period + b["phase"]) * size * period / 4, -0.5, 0.5) + 0.5
   return c0 + wave[..., None] * (c1 - c0)
+
+
+def _draw(description: Description, size: int, rng: np.random.Generator) -> _Nuisance:
+  background = _draw_background(size, rng)
+  centres, radii = _layout(description, rng)
+  colours = [np.array(COLOUR_RGB[o.colour], np.float32) + rng.integers(-_COLOUR_JITTER, _COLOUR_JITTER + 1, 3)
+             for o in description.objects]
+  return _Nuisance(background, centres, radii, colours)
 
 
 def render(description: Description, size: int, rng: np.random.Generator, with_layout: bool = False):
   """uint8 [size, size, 3] image of the scene (nuisance drawn from rng).
 
   with_layout: also return object centres (x, y) and radii in pixels."""
-  img = _background(size, rng)
-  centres, radii = _layout(description, rng)
-  for obj, (cx, cy), r in zip(description.objects, centres * size, radii * size):
+  nuisance = _draw(description, size, rng)
+  img = _paint_background(nuisance.background, size)
+  for obj, (cx, cy), r, colour in zip(description.objects, nuisance.centres * size, nuisance.radii * size,
+                                      nuisance.colours):
     reach = _EXTENT * r + 1
     x0, x1 = max(int(cx - reach), 0), min(int(math.ceil(cx + reach)), size)
     y0, y1 = max(int(cy - reach), 0), min(int(math.ceil(cy + reach)), size)
     u = ((np.arange(x0, x1, dtype=np.float32) + 0.5 - cx) / r)[None, :]
     v = ((cy - np.arange(y0, y1, dtype=np.float32) - 0.5) / r)[:, None]
     cover = np.clip(_sdf(obj.shape, u, v) * r + 0.5, 0.0, 1.0)[..., None]  # Antialiased edge.
-    colour = np.array(COLOUR_RGB[obj.colour], np.float32) + rng.integers(-_COLOUR_JITTER, _COLOUR_JITTER + 1, 3)
     patch = img[y0:y1, x0:x1]
     img[y0:y1, x0:x1] = patch + cover * (colour - patch)
   image = np.clip(img + 0.5, 0, 255).astype(np.uint8)
-  return (image, centres * size, radii * size) if with_layout else image
+  return (image, nuisance.centres * size, nuisance.radii * size) if with_layout else image
 
 
 # ---- Captions --------------------------------------------------------------
@@ -806,8 +836,10 @@ def _block(counts: Sequence[int], p: int):
   raise IndexError(p)
 
 
-def image_text_example(settings: Settings, split: str, i: int):
-  """(description, image uint8 [S,S,3], caption, lang) of global index i."""
+def image_text_example(settings: Settings, split: str, i: int, with_image: bool = True):
+  """(description, image uint8 [S,S,3], caption, lang) of global index i; with_image=False: the
+  same record with None for its image (the nuisance is drawn, not painted: the caption's draws
+  follow it)."""
   n = num_image_text(settings, split)
   if split == "eval":
     k, rest = divmod(i % n, len(settings.languages) * settings.eval_captions_per_scene)
@@ -818,7 +850,12 @@ def image_text_example(settings: Settings, split: str, i: int):
   lang = settings.languages[b]
   rng = _rng(settings, split, _I2T, LANGUAGES.index(lang), j)
   d = sample_description(rng, False, settings.heldout_fraction)
-  return d, render(d, settings.render_size, rng), caption(d, lang, rng), lang
+  image = None
+  if with_image:
+    image = render(d, settings.render_size, rng)
+  else:
+    _draw(d, settings.render_size, rng)  # The caption's draws come after the image's.
+  return d, image, caption(d, lang, rng), lang
 
 
 def text_pair_example(settings: Settings, split: str, i: int):
@@ -840,15 +877,18 @@ def text_pair_example(settings: Settings, split: str, i: int):
   return d, caption(d, a, rng), caption(d, b, rng), a, b
 
 
-def image_text_batch(settings: Settings, split: str, indices: Sequence[int]):
-  """Arrays for a chunk of indices: images [n,S,S,3] uint8, captions, langs (bytes)."""
+def image_text_batch(settings: Settings, split: str, indices: Sequence[int], with_images: bool = True):
+  """Arrays for a chunk of indices: images [n,S,S,3] uint8, captions, langs (bytes); without
+  images: captions, langs."""
   s = settings.render_size
   images = np.empty((len(indices), s, s, 3), np.uint8)
   captions, langs = np.empty(len(indices), object), np.empty(len(indices), object)
   for t, i in enumerate(indices):
-    _, images[t], cap, lang = image_text_example(settings, split, int(i))
+    _, image, cap, lang = image_text_example(settings, split, int(i), with_images)
+    if with_images:
+      images[t] = image
     captions[t], langs[t] = cap.encode(), lang.encode()
-  return images, captions, langs
+  return (images, captions, langs) if with_images else (captions, langs)
 
 
 def text_pair_batch(settings: Settings, split: str, indices: Sequence[int]):
@@ -880,8 +920,10 @@ def _index_dataset(n: int, process_index: int, process_count: int, start_index: 
 
 
 def image_text_source(config, split: str, process_index: int, process_count: int, start_index: int = 0,
-                      *, num_epochs: Optional[int] = 1, languages: Sequence[str] = ()):
-  """tf.data of {'image': uint8 [S,S,3], 'caption': string, 'lang': string}.
+                      *, num_epochs: Optional[int] = 1, languages: Sequence[str] = (),
+                      with_images: bool = True):
+  """tf.data of {'image': uint8 [S,S,3], 'caption': string, 'lang': string}; with_images=False:
+  the same records' 'caption' and 'lang' only, their images drawn but not painted (for a vocab).
 
   config: the full config (reads config.data.synthetic and nothing else).
   Reads global indices i >= start_index with i % process_count ==
@@ -897,13 +939,16 @@ def image_text_source(config, split: str, process_index: int, process_count: int
 
   @tf.autograph.experimental.do_not_convert  # Plain graph code; AutoGraph only warns about it.
   def make(indices):
-    images, captions, langs = tf.numpy_function(
-        lambda idx: image_text_batch(settings, split, idx), [indices], [tf.uint8, tf.string, tf.string],
-        stateful=False)
-    images.set_shape([None, s, s, 3])
+    out = tf.numpy_function(lambda idx: image_text_batch(settings, split, idx, with_images), [indices],
+                            [tf.uint8, tf.string, tf.string][not with_images:], stateful=False)
+    *images, captions, langs = out
     captions.set_shape([None])
     langs.set_shape([None])
-    return {"image": images, "caption": captions, "lang": langs}
+    record = {"caption": captions, "lang": langs}
+    if with_images:
+      images[0].set_shape([None, s, s, 3])
+      record["image"] = images[0]
+    return record
 
   return ds.batch(_CHUNK).map(make, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
 

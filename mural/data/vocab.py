@@ -35,7 +35,7 @@ def training_records(config, tasks: Sequence) -> Iterator[tuple]:
     for sc in task.sources:
       ds = task.input.table[sc["name"]](dict(sc), "train", 0, 1, config=config)
       if isinstance(ds, sources.Endless):
-        ds = ds.open_at(0)
+        ds = (ds.open_text_at or ds.open_at)(0)
       texts = ds.take(RECORDS_PER_SOURCE).map(lambda r: {f: r[f] for f in fields}).batch(_READ_BATCH)
       for batch in texts.as_numpy_iterator():
         for i in range(len(next(iter(batch.values())))):
