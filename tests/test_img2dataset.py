@@ -72,6 +72,7 @@ def _config(source, batch_size):
   c = systems.base_config("mural")
   c.tasks.i2t.batch_size = batch_size
   c.data.image_size, c.data.eval_resize, c.data.shuffle_buffer = 8, 10, 0
+  c.data.autotune = False  # With it, deleting a used iterator can wait up to 60 s (config_lib).
   c.tasks.i2t.sources = [dict(source, weight=1.0)]
   c.tasks.t2t.sources = []
   config_lib.validate(c)

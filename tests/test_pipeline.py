@@ -75,6 +75,7 @@ def _config(i2t_sources, t2t_sources=(), batch_size=8, t2t_batch_size=4, **data)
   c.data.image_size, c.data.eval_resize = 8, 10
   c.data.shuffle_buffer = 0
   c.tasks.i2t.sources = [dict(s) for s in i2t_sources]
+  c.data.autotune = False  # With it, deleting a used iterator can wait up to 60 s (config_lib).
   c.tasks.t2t.sources = [dict(s) for s in t2t_sources]
   for k, v in data.items():
     c.data[k] = v
