@@ -46,6 +46,7 @@ def tiny_mule_config(**overrides):
   c.model.text.max_len = 16
   c.data.image_size = 32
   c.data.eval_resize = 36
+  c.data.autotune = False  # As configs/tiny.py: a used iterator's deletion can otherwise wait.
   c.data.synthetic.languages = list(LANGS)
   c.data.languages = list(LANGS)
   c.data.synthetic.eval_scenes = 16

@@ -52,6 +52,7 @@ def tiny_smalr_config(ablation="smalr", **overrides):
   t.explore_top = 4
   c.data.image_size = 32
   c.data.eval_resize = 36
+  c.data.autotune = False  # As configs/tiny.py: a used iterator's deletion can otherwise wait.
   c.data.synthetic.languages = list(LANGS)
   c.data.languages = list(LANGS)
   c.data.synthetic.translation_pair_list = smalr.all_pairs(LANGS)

@@ -837,9 +837,9 @@ def _block(counts: Sequence[int], p: int):
 
 
 def image_text_example(settings: Settings, split: str, i: int, with_image: bool = True):
-  """(description, image uint8 [S,S,3], caption, lang) of global index i; with_image=False: the
-  same record with None for its image (the nuisance is drawn, not painted: the caption's draws
-  follow it)."""
+  """(description, image uint8 [S,S,3], caption, lang) of global index i; with_image=False: a
+  training record comes with None for its image (its draws are made, not painted: the
+  caption's draws follow them)."""
   n = num_image_text(settings, split)
   if split == "eval":
     k, rest = divmod(i % n, len(settings.languages) * settings.eval_captions_per_scene)
@@ -881,7 +881,7 @@ def image_text_batch(settings: Settings, split: str, indices: Sequence[int], wit
   """Arrays for a chunk of indices: images [n,S,S,3] uint8, captions, langs (bytes); without
   images: captions, langs."""
   s = settings.render_size
-  images = np.empty((len(indices), s, s, 3), np.uint8)
+  images = np.empty((len(indices), s, s, 3) if with_images else 0, np.uint8)
   captions, langs = np.empty(len(indices), object), np.empty(len(indices), object)
   for t, i in enumerate(indices):
     _, image, cap, lang = image_text_example(settings, split, int(i), with_images)
