@@ -241,6 +241,7 @@ def _validate_data(d: ml_collections.ConfigDict) -> None:
   _require(d.num_parallel_calls == -1 or d.num_parallel_calls >= 1, "data.num_parallel_calls",
            f"must be -1 (AUTOTUNE) or >= 1, got {d.num_parallel_calls}")
   _require(d.prefetch_batches >= 0, "data.prefetch_batches", "must be >= 0")
+  _require(isinstance(d.autotune, bool), "data.autotune", f"must be True or False, got {d.autotune!r}")
   _require("name" in d.eval_source, "data.eval_source", f"needs a 'name', got {dict(d.eval_source)!r}")
 
 
