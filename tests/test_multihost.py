@@ -86,9 +86,11 @@ def _worker():
   import jax
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
   jax.distributed.initialize(a.coordinator_address, a.num_processes, a.process_id)
+  from mural import main
   from mural import train
   from mural.data import pipeline
   from mural.data import vocab
+  main.collect_garbage_less()
   config = tiny(a.vocab_path)
   tasks = train.build(config).tasks
   stream = pipeline.build_train_iterator(config, tasks, vocab.tokenizer(config, tasks, a.workdir),
