@@ -19,7 +19,6 @@ Exit codes: 0 done; 1 the run failed (a one-line reason on stderr: missing
 data, non-finite loss, ...); 2 bad flags or config (one line naming the field).
 """
 
-import gc
 import json
 import logging as std_logging
 import os
@@ -174,7 +173,6 @@ def main(argv):
   from mural import describe  # pylint: disable=g-import-not-at-top
   from mural import train  # pylint: disable=g-import-not-at-top
   from mural.state import TrainingError  # pylint: disable=g-import-not-at-top
-  collect_garbage_less()
   try:
     if _MODE.value == "describe":
       print(json.dumps(describe.describe(config)))
@@ -206,19 +204,6 @@ def main(argv):
     # all; the traceback is in the log with --verbosity=1.
     logging.debug("Run failed", exc_info=True)
     _fail(1, f"{type(e).__name__}: {e}")
-
-
-def collect_garbage_less() -> None:
-  """Tunes Python's cyclic garbage collector for a process that builds large JAX programs.
-
-  Tracing allocates millions of short-lived objects, and each full collection walks the whole
-  heap (~700k objects once JAX, Flax and TensorFlow are imported). Freezing what the imports
-  made out of later collections and collecting generation 0 every 10,000 allocations instead
-  of 700 cut the collector's share of building the tiny train step from 1.2 s to 0.3 s (of
-  8.5 s). Call it once the imports are done (tests/conftest.py: after collection)."""
-  gc.collect()
-  gc.freeze()
-  gc.set_threshold(10_000, 10, 10)
 
 
 def _use_fake_cpu_devices(n: int) -> None:

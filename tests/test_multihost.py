@@ -27,7 +27,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import ROOT, HookedIterator, tiny_config  # ml_collections only: imports no JAX.
+from conftest import ROOT, HookedIterator, collect_garbage_less, tiny_config  # ml_collections only: no JAX.
 # No persistent compilation cache in the workers: a process that loads an
 # executable compiled for another process layout (a 1 x 4 run has the same HLO)
 # runs different collectives than its peer, and gloo fails with a size mismatch.
@@ -86,11 +86,10 @@ def _worker():
   import jax
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
   jax.distributed.initialize(a.coordinator_address, a.num_processes, a.process_id)
-  from mural import main
   from mural import train
   from mural.data import pipeline
   from mural.data import vocab
-  main.collect_garbage_less()
+  collect_garbage_less()
   config = tiny(a.vocab_path)
   tasks = train.build(config).tasks
   stream = pipeline.build_train_iterator(config, tasks, vocab.tokenizer(config, tasks, a.workdir),
