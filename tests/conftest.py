@@ -227,8 +227,10 @@ def collect_garbage_less() -> None:
   what the imports made out of later collections and collecting generation 0 every 10,000
   allocations instead of 700 cut the collector's share of building the tiny train step from
   1.2 s to 0.3 s (of 8.5 s), and the suite's cold run from 1,416 to 1,256 CPU-s. Not in
-  mural.main: there the demo's training loop (Python rendering in tf.data) ran 4.0-4.3 steps/s
-  with it against 5.0-5.8 without (one run each, 5 min 37 s vs 4 min 57 s)."""
+  mural.main (yet): the one demo run with it took 5 min 37 s (4.0-4.3 steps/s) against 4 min 57 s
+  (5.0-5.8) without, although the demo's input alone was no slower with it
+  (benchmarks/demo_input.py: 58-65 vs 61-70 ms per image-text batch). Unexplained, so left out
+  until more runs say which; the demo would gain at most a second of tracing."""
   gc.collect()
   gc.freeze()
   gc.set_threshold(10_000, 10, 10)
