@@ -1,5 +1,5 @@
 """Shared pytest helpers: config loading, the tiny training config, one vocab per session,
-real data directories (skip when absent), quiet TF.
+real data directories (skip when absent), quiet TF, a garbage collector tuned for tracing.
 
 Subprocess workers (test_multihost, test_ring_loss, test_export) import this file as a
 module too (`import conftest`: their directory is on sys.path).
