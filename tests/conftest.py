@@ -229,8 +229,9 @@ def collect_garbage_less() -> None:
   1.2 s to 0.3 s (of 8.5 s), and the suite's cold run from 1,416 to 1,256 CPU-s. Not in
   mural.main (yet): the one demo run with it took 5 min 37 s (4.0-4.3 steps/s) against 4 min 57 s
   (5.0-5.8) without, although the demo's input alone was no slower with it
-  (benchmarks/demo_input.py: 58-65 vs 61-70 ms per image-text batch). Unexplained, so left out
-  until more runs say which; the demo would gain at most a second of tracing."""
+  (benchmarks/demo_input.py: 58-65 vs 61-70 ms per image-text batch), 400 demo steps took
+  140 and 154 s with it against 157 and 169 s without (alternating), and a second full demo
+  with it took 5 min 13 s: all within this machine's noise, so mural.main stays as it was."""
   gc.collect()
   gc.freeze()
   gc.set_threshold(10_000, 10, 10)
