@@ -224,14 +224,10 @@ def collect_garbage_less() -> None:
 
   Building a JAX program allocates millions of short-lived objects, and each full collection
   walks the whole heap (~700k objects once JAX, Flax and TensorFlow are imported). Freezing
-  what the imports made out of later collections and collecting generation 0 every 10,000
-  allocations instead of 700 cut the collector's share of building the tiny train step from
-  1.2 s to 0.3 s (of 8.5 s), and the suite's cold run from 1,416 to 1,256 CPU-s. Not in
-  mural.main: a first demo run with it took 5 min 37 s (4.0-4.3 steps/s) against 4 min 57 s
-  (5.0-5.8) without, although the demo's input alone was no slower with it
-  (benchmarks/demo_input.py: 58-65 vs 61-70 ms per image-text batch), 400 demo steps took
-  140 and 154 s with it against 157 and 169 s without (alternating), and a second full demo
-  with it took 5 min 13 s: all within this machine's noise, so mural.main stays as it was."""
+  what the imports made and collecting generation 0 every 10,000 allocations instead of 700
+  cut the collector's share of building the tiny train step from 1.2 s to 0.3 s (of 8.5 s).
+  Tests only: in mural.main the demo showed no difference beyond run-to-run noise (README,
+  "Tests")."""
   gc.collect()
   gc.freeze()
   gc.set_threshold(10_000, 10, 10)
