@@ -45,6 +45,9 @@ def base_config() -> ml_collections.ConfigDict:
   # keeps less for the backward; nn.BatchNorm elsewhere) | 'flax' | 'fused'. Same variables.
   c.model.image.norm_impl = "auto"
   c.model.image.remat = "none"  # Per MBConv block: none | full | dots (mural/models/remat.py).
+  # The first N of B0's 7 stages (None: all, as every paper tower): a shallower net for
+  # small inputs and smoke runs (the tests' training config keeps 3: every block kind).
+  c.model.image.num_stages = ml_collections.FieldReference(None, int)
 
   c.model.text = ml_collections.ConfigDict()
   c.model.text.name = "bert"  # Key of mural.models.TEXT_TOWERS.

@@ -18,7 +18,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import ROOT, HookedIterator, sigterm, tiny_config, xla_flags
+from conftest import ROOT, TINY_FEATURES, HookedIterator, sigterm, tiny_config, xla_flags
 from mural import embed
 from mural import export
 from mural import index as index_lib
@@ -74,7 +74,7 @@ def test_export_dir_and_load_match_the_evaluator(trained, tmp_path):
   d = pathlib.Path(trained.export_dir)
   assert d == trained.workdir / "export" / "step_100"
   manifest = json.loads((d / "manifest.json").read_text())
-  assert manifest["system"] == "mural" and manifest["step"] == 100 and manifest["embed_dim"] == 80
+  assert manifest["system"] == "mural" and manifest["step"] == 100 and manifest["embed_dim"] == TINY_FEATURES
   assert manifest["heads"] == {"image": "", "text": "i2t"}
   assert manifest["image"]["size"] == 32 and manifest["image"]["resize"] == 36
   assert manifest["text"]["max_len"] == 16 and manifest["languages"] == ["en", "de", "sw"]
@@ -83,14 +83,14 @@ def test_export_dir_and_load_match_the_evaluator(trained, tmp_path):
 
   model = export.load(str(d), batch_size=3)  # Batches of 3: padded tails on both inputs.
   texts = model.embed_texts(TEXTS)
-  assert texts.dtype == np.float32 and texts.shape == (len(TEXTS), 80)
+  assert texts.dtype == np.float32 and texts.shape == (len(TEXTS), TINY_FEATURES)
   np.testing.assert_allclose(np.linalg.norm(texts, axis=1), 1.0, atol=1e-6)
   np.testing.assert_allclose(texts, trained.texts, atol=1e-5)
   raw = trained.scenes.images
   half = len(raw) // 2
   items = [str(p) for p in _png_files(raw[:half], tmp_path / "png")] + list(raw[half:])
   np.testing.assert_allclose(model.embed_images(items), trained.images, atol=1e-5)
-  assert model.embed_texts([]).shape == (0, 80)
+  assert model.embed_texts([]).shape == (0, TINY_FEATURES)
 
   # Bad input: one line, no traceback from deep inside.
   (tmp_path / "bad.jpg").write_bytes(b"not an image")

@@ -114,6 +114,26 @@ def test_efficientnet_head_and_classifier_shapes():
   assert aux["logits"].shape == (2, 7) and aux["logits"].dtype == jnp.float32
 
 
+def test_num_stages_keeps_the_first_stages_of_the_block_table():
+  """num_stages=3 is the 7-stage net cut after stage 3: the same blocks and parameter shapes up
+  to there (drop-connect grows over the shorter net), pooled at stage 3's width
+  (round_filters(40, 0.25) = 16)."""
+  full = efficientnet.EfficientNet(0.25, 0.25, 0.2, stochastic_depth_rate=0.3)
+  cut = full.clone(num_stages=3)
+  without_rate = lambda blocks: [{k: v for k, v in b.items() if k != "drop_connect_rate"} for b in blocks]
+  assert without_rate(cut.blocks()) == without_rate(full.blocks()[:3]) and cut.output_dim == 16
+  np.testing.assert_allclose([b["drop_connect_rate"] for b in cut.blocks()], [0.0, 0.1, 0.2])
+  x = jnp.zeros((2, 32, 32, 3))
+  variables = lambda net: jax.eval_shape(lambda: net.init(jax.random.key(0), x, train=False))
+  kept = ("stem_conv", "stem_bn", "block_0", "block_1", "block_2")
+  shapes = lambda tree: jax.tree.map(lambda a: a.shape, tree)
+  for collection in ("params", "batch_stats"):
+    assert shapes(variables(cut)[collection]) == shapes(
+        {k: v for k, v in variables(full)[collection].items() if k in kept})
+  features, _ = jax.eval_shape(lambda v: cut.apply(v, x, train=False), variables(cut))
+  assert features.shape == (2, 16)
+
+
 def test_efficientnet_shapes_and_batch_norm_train_vs_eval(tiny):
   config, model, variables, batch, _ = tiny
   tower = model.image_tower.clone(stochastic_depth_rate=0.0)
@@ -373,7 +393,8 @@ def test_build_model_config_errors():
   batch = _batch(config, b=1)
   shapes = jax.eval_shape(lambda v: run(model, v, batch, image_head="image", method=embed_all), variables)
   assert shapes["image_emb"].shape == (1, 96) and shapes["text_emb"].shape == (1, 96)
-  for field, value in (("image.variant", "b9"), ("image.name", "vit"), ("text.name", "t5")):
+  for field, value in (("image.variant", "b9"), ("image.num_stages", 0), ("image.num_stages", 8),
+                       ("image.name", "vit"), ("text.name", "t5")):
     config = load_config("tiny")
     section, name = field.split(".")
     config.model[section][name] = value

@@ -28,7 +28,7 @@ Batch norm and the swish after it likewise (`norm_impl`, config.model.image.norm
 import dataclasses
 import functools
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Optional, Tuple
 
 import flax.linen as nn
 import jax
@@ -497,16 +497,21 @@ class EfficientNet(nn.Module):
   conv_impl: str = "auto"  # 'auto' | 'xla' | 'fast': see the module docstring.
   norm_impl: str = "auto"  # 'auto' | 'flax' | 'fused': see the module docstring.
   remat: str = "none"  # Per MBConv block: mural/models/remat.py.
+  num_stages: Optional[int] = None  # The first N of B0's 7 stages; None: all (every paper tower).
+
+  @property
+  def stages(self) -> Tuple[Stage, ...]:
+    return B0_STAGES[:self.num_stages]
 
   @property
   def output_dim(self) -> int:
-    return round_filters(HEAD_FILTERS if self.include_head else B0_STAGES[-1].out_filters,
+    return round_filters(HEAD_FILTERS if self.include_head else self.stages[-1].out_filters,
                          self.width)
 
   def blocks(self):
     """Per-block MBConv arguments after compound scaling, in order."""
     out = []
-    for stage in B0_STAGES:
+    for stage in self.stages:
       in_f = round_filters(stage.in_filters, self.width)
       out_f = round_filters(stage.out_filters, self.width)
       for r in range(round_repeats(stage.repeats, self.depth)):
@@ -553,11 +558,16 @@ class EfficientNet(nn.Module):
 def from_config(image_config, dtype, param_dtype) -> EfficientNet:
   """config.model.image -> EfficientNet; coefficient fields override the variant.
 
-  conv_impl and norm_impl are read with .get (default 'auto') so configs without them work.
+  conv_impl, norm_impl and num_stages are read with .get (default 'auto', all) so configs
+  without them work.
   """
   if image_config.variant not in VARIANTS:
     raise config_lib.ConfigError(
         f"config.model.image.variant: {image_config.variant!r} not in {sorted(VARIANTS)}")
+  num_stages = image_config.get("num_stages")
+  if num_stages is not None and not 1 <= num_stages <= len(B0_STAGES):
+    raise config_lib.ConfigError(
+        f"config.model.image.num_stages: {num_stages} not in 1..{len(B0_STAGES)} (None: all)")
   width, depth, _, dropout = VARIANTS[image_config.variant]
   pick = lambda override, default: default if override is None else override
   return EfficientNet(
@@ -571,4 +581,5 @@ def from_config(image_config, dtype, param_dtype) -> EfficientNet:
       conv_impl=check_conv_impl(image_config.get("conv_impl", "auto")),
       norm_impl=check_norm_impl(image_config.get("norm_impl", "auto")),
       remat=remat.check(image_config.get("remat", "none"), "model.image.remat"),
+      num_stages=num_stages,
       dtype=dtype, param_dtype=param_dtype)
