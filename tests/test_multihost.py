@@ -154,8 +154,8 @@ def test_two_processes_match_one_process(tmp_path, tiny_vocab):
 
 def _assert_2x2x2_placement(facts):
   """FSDP 2 x model 2 holds a quarter of each matrix and of its moments on a device; biases,
-  norms and the temperature stay whole (measured: 37% of the parameters and 33% of the
-  optimizer state, where FSDP 2 alone would be > 50%)."""
+  norms and the temperature stay whole (measured on the 3-stage tiny tower: 27.5% of the
+  parameters and 26.6% of the optimizer state, where FSDP 2 alone would be > 50%)."""
   b = facts["bytes"]
   for kind in ("params", "opt_state"):
     assert 0.25 * b[kind] < b[f"{kind}_device0"] < 0.4 * b[kind], b
