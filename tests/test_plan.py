@@ -5,12 +5,15 @@ import os
 import subprocess
 import sys
 
-from conftest import ROOT  # ml_collections only: imports no JAX.
+from conftest import ROOT, TINY_FEATURES, TINY_STAGES, load_config, set_fields  # No JAX imported.
 
 # The interface scripts read (issue 13), at least these keys.
 KEYS = ("devices", "mesh", "global_batch", "dtype", "params_bytes_per_device", "opt_state_bytes_per_device",
         "temp_bytes_per_device", "total_bytes_per_device", "flops_per_step")
-TINY_PARAM_BYTES = 959_476  # configs/tiny.py: 239,869 float32 parameters (tests/test_describe.py).
+# configs/tiny.py with the training tests' shallower towers (conftest.tiny_config): the plan's
+# figures do not depend on depth, and its 8-device step compiles in less.
+SHALLOW = {"model.image.num_stages": TINY_STAGES, "model.text.num_layers": 1,
+           "model.heads.embed_dim": TINY_FEATURES}
 
 
 def _main(*args, timeout=900):
@@ -22,7 +25,7 @@ def _main(*args, timeout=900):
 def test_plan_on_eight_fake_devices_prints_a_table_and_json():
   # 2-way data x 4-way FSDP, every tensor sharded where its axes allow.
   proc = _main("--mode=plan", "--devices=8", "--config.mesh.data=2", "--config.mesh.fsdp=4",
-               "--config.shard_min_size=0")
+               "--config.shard_min_size=0", *(f"--config.{k}={v}" for k, v in SHALLOW.items()))
   assert proc.returncode == 0, proc.stderr[-3000:]
   lines = proc.stdout.strip().splitlines()
   assert lines[0].startswith("Plan: 8 devices, mesh {'data': 2, 'fsdp': 4, 'model': 1}"), lines[0]
@@ -30,8 +33,10 @@ def test_plan_on_eight_fake_devices_prints_a_table_and_json():
   assert set(KEYS) <= set(plan)
   assert plan["devices"] == 8 and plan["mesh"] == {"data": 2, "fsdp": 4, "model": 1}
   assert plan["global_batch"] == {"i2t": 8, "t2t": 8} and plan["dtype"] == "float32"
+  from mural import describe  # pylint: disable=g-import-not-at-top
+  param_bytes = 4 * describe.describe(set_fields(load_config("tiny"), **SHALLOW))["total"]  # float32.
   # FSDP over 4 devices: each holds between a quarter (all sharded) and all of the parameters.
-  assert TINY_PARAM_BYTES / 4 <= plan["params_bytes_per_device"] < 0.6 * TINY_PARAM_BYTES
+  assert param_bytes / 4 <= plan["params_bytes_per_device"] < 0.6 * param_bytes
   # Two LAMBs (Adam's two moments each, over the parameters each task trains), sharded alike.
   assert 2 * plan["params_bytes_per_device"] < plan["opt_state_bytes_per_device"] \
       <= 4 * plan["params_bytes_per_device"] + 1024
