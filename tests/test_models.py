@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from scipy import special
 
-from conftest import load_config
+from conftest import TINY_FEATURES, TINY_STAGES, load_config, set_fields
 from mural import config_lib
 from mural import models
 from mural.models import bert
@@ -404,16 +404,20 @@ def test_build_model_config_errors():
 
 def test_remat_changes_no_parameter_name_nor_gradient():
   """Every remat policy computes the same loss, gradients and batch statistics (train mode:
-  dropout, drop-connect and batch norm included) from the same parameter tree. At 64 px (2 x 2
-  at the last stage) and batch 8: at 32 px the last stages' batch norm sees 3 values per channel
-  and amplifies round-off (1e-3) between any two fusions of the same maths."""
-  base = load_config("tiny")
-  base.data.image_size = 64
-  batch = _batch(base, b=8)
-  variables = init(models.build_model(base.model, ["i2t", "t2t"]), batch, method=embed_all)
+  dropout, drop-connect and batch norm included) from the same parameter tree. The tiny tower's
+  first 3 stages (one block of each kind; 4 x 4 at the last one) and batch 8: at 32 px the 7-stage
+  tower's last batch norms see 8 values per channel and amplify round-off (1e-3) between any two
+  fusions of the same maths."""
+
+  def shallow():
+    return set_fields(load_config("tiny"), **{"model.image.num_stages": TINY_STAGES,
+                                              "model.heads.embed_dim": TINY_FEATURES})
+
+  batch = _batch(shallow(), b=8)
+  variables = init(models.build_model(shallow().model, ["i2t", "t2t"]), batch, method=embed_all)
 
   def loss_and_grads(policy):
-    c = load_config("tiny")
+    c = shallow()
     c.model.image.remat = c.model.text.remat = policy
     model = models.build_model(c.model, ["i2t", "t2t"])
     assert jax.tree.structure(jax.eval_shape(lambda: init(model, batch, method=embed_all))) == \
