@@ -229,13 +229,14 @@ def test_cls_alone_through_the_last_layer_is_the_sequence_output_and_costs_less(
   mask = (jnp.arange(length)[None] < jnp.array([[12], [7], [3], [1]])).astype(jnp.int32)
   for rate, train in ((0.0, True), (0.1, False)):
     net = bert.Bert(vocab, h, h, layers, 4, mlp, length, dropout_rate=rate)
-    params = nn.unbox(net.init(jax.random.key(0), ids, mask, train=False))["params"]
+    # Jitted: op by op, this test compiled ~320 small programs.
+    params = nn.unbox(jax.jit(lambda: net.init(jax.random.key(0), ids, mask, train=False))())["params"]
     w = jax.random.normal(jax.random.key(2), (4, h))
     apply = lambda p: net.apply({"params": p}, ids, mask, train=train, rngs={"dropout": jax.random.key(3)})
-    cls, aux = apply(params)
+    cls, aux = jax.jit(apply)(params)
     np.testing.assert_allclose(cls, aux["sequence"][:, 0], rtol=1e-5, atol=1e-6)
-    g_cls = jax.grad(lambda p: jnp.sum(apply(p)[0] * w))(params)
-    g_seq = jax.grad(lambda p: jnp.sum(apply(p)[1]["sequence"][:, 0] * w))(params)
+    g_cls = jax.jit(jax.grad(lambda p: jnp.sum(apply(p)[0] * w)))(params)
+    g_seq = jax.jit(jax.grad(lambda p: jnp.sum(apply(p)[1]["sequence"][:, 0] * w)))(params)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), g_cls, g_seq)
     if train:  # The program of a caller that reads only [CLS] (training without dropout).
       flops = lambda f: jax.jit(f).lower(params).compile().cost_analysis()["flops"]
@@ -243,7 +244,8 @@ def test_cls_alone_through_the_last_layer_is_the_sequence_output_and_costs_less(
       assert only_cls < 0.75 * whole, (only_cls, whole)  # Measured: 0.67 (1.0 with one path).
   # With dropout in training [CLS] is position 0 of the one path (no second dropout draw).
   net = bert.Bert(vocab, h, h, layers, 4, mlp, length, dropout_rate=0.1)
-  cls, aux = net.apply({"params": params}, ids, mask, train=True, rngs={"dropout": jax.random.key(3)})
+  cls, aux = jax.jit(lambda p: net.apply({"params": p}, ids, mask, train=True,
+                                         rngs={"dropout": jax.random.key(3)}))(params)
   np.testing.assert_array_equal(cls, aux["sequence"][:, 0])
 
 
