@@ -11,6 +11,7 @@ on random inputs. Nothing of the step is re-implemented here.
   .venv/bin/python benchmarks/bench_step.py --dtype=bfloat16     # bf16 compute (params stay f32)
   .venv/bin/python benchmarks/bench_step.py --remat=full         # recompute each block in the backward
   XLA_FLAGS=--xla_cpu_use_onednn=true .venv/bin/python benchmarks/bench_step.py   # XLA CPU options
+  GLIBC_TUNABLES=glibc.malloc.hugetlb=0 .venv/bin/python benchmarks/bench_step.py  # without huge pages
   .venv/bin/python benchmarks/bench_step.py --profile=/tmp/step_trace   # + per-op time of one step
   .venv/bin/python benchmarks/bench_step.py --image_size=64 --batch=16 --steps=3 --pipeline_batches=0  # smoke
 
@@ -330,6 +331,8 @@ def profile_step(compiled, state, batch, directory, top):
 
 
 def main(argv=None) -> None:
+  from mural import host_memory  # pylint: disable=g-import-not-at-top
+  host_memory.reexec()  # As mural.main: huge pages for XLA's temporaries (GLIBC_TUNABLES=...hugetlb=0: off).
   args = parse_args(argv)
   if args.profile and "xla_cpu_enable_xprof_traceme" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
@@ -347,7 +350,7 @@ def main(argv=None) -> None:
   load = os.getloadavg()
   print(f"CPU: {cpu_name()}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
   print(f"jax {jax.__version__}, backend {jax.default_backend()}, {jax.device_count()} device(s), "
-        f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
+        f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}, GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES', '')!r}")
   impl = efficientnet.resolve_conv_impl(args.conv_impl)
   norm = efficientnet.resolve_norm_impl(args.norm_impl)
   print(f"step: ALIGN, EfficientNet-{args.variant.upper()}"
@@ -439,7 +442,8 @@ def main(argv=None) -> None:
 
   print(json.dumps({
       "cpu": cpu_name(), "load_avg": [round(x, 2) for x in load],
-      "xla_flags": os.environ.get("XLA_FLAGS", ""), "backend": jax.default_backend(),
+      "xla_flags": os.environ.get("XLA_FLAGS", ""), "glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""),
+      "backend": jax.default_backend(),
       "image_size": args.image_size, "batch": args.batch, "variant": args.variant,
       "head_conv": not args.no_head_conv, "text": [args.text_layers, args.text_hidden, args.text_heads,
                                                     args.text_mlp, args.vocab, args.text_len],

@@ -41,6 +41,7 @@ from ml_collections import config_flags
 # before TensorFlow and JAX load (see main()).
 from mural import config_lib
 from mural import data
+from mural import host_memory
 from mural import systems
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (see configs/).", lock_config=True)
@@ -247,6 +248,7 @@ def _raised_in_config_file(e: BaseException) -> bool:
 
 def run():
   """Console-script entry point (setup.py: mural=mural.main:run)."""
+  host_memory.reexec()  # Huge pages for XLA's CPU temporaries (mural/host_memory.py); once.
   app.run(main, flags_parser=_parse_flags)
 
 
