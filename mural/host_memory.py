@@ -6,8 +6,9 @@ glibc serves a block that large with a fresh mmap, so every step faults in and
 zeroes each 4 KiB page again: the demo's step took 21k page faults, a third of
 its CPU time in the kernel. With `glibc.malloc.hugetlb=1` glibc madvises its
 mmaps for transparent huge pages, 2 MiB per fault (measured on a 2-core AMD
-EPYC: demo step 0.104 -> 0.072 s, bench_step.py 14.2 -> 19.4 samples/s; the
-README's Benchmarks section has the runs).
+EPYC: the demo's step 0.104 -> 0.072 s, the demo 5 min 03 s -> 4 min 28 s,
+bench_step.py 14.4 -> 20.9 samples/s; the README's Benchmarks section has the
+runs).
 
 glibc reads GLIBC_TUNABLES only when a process starts, so the entry points
 (`mural.main`, the benchmarks) call `reexec()` first: it starts the same
@@ -60,7 +61,7 @@ def environment_with_huge_pages(environ: Dict[str, str], glibc: tuple,
 
 def reexec() -> None:
   """Restarts this command with the tunable set, where it helps (see the module docstring)."""
-  if sys.platform != "linux" or not getattr(sys, "orig_argv", None):
+  if sys.platform != "linux" or not sys.executable or not getattr(sys, "orig_argv", None):
     return
   env = environment_with_huge_pages(dict(os.environ), glibc_version(), thp_mode())
   if env is not None:
