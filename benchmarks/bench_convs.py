@@ -64,6 +64,8 @@ def cpu_name() -> str:
 
 
 def main(argv=None) -> None:
+  from mural import host_memory  # pylint: disable=g-import-not-at-top
+  host_memory.reexec()  # As mural.main: huge pages for XLA's temporaries (GLIBC_TUNABLES=...hugetlb=0: off).
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--batch", type=int, default=128, help="depthwise/pointwise batch")
   p.add_argument("--size", type=int, default=64, help="depthwise/pointwise height = width")
@@ -207,7 +209,8 @@ def report(args, results) -> None:
   import jax  # pylint: disable=g-import-not-at-top
   print(f"CPU: {cpu_name()}")
   print(f"jax {jax.__version__}, backend {jax.default_backend()}, "
-        f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}, repeats {args.repeats} (median)")
+        f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}, GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES', '')!r}, "
+        f"repeats {args.repeats} (median)")
   peak = None
   if "matmul/-" in results:
     m = results["matmul/-"]
