@@ -77,3 +77,31 @@ def test_reexec_sets_the_tunable_once_and_cuts_page_faults():
   assert off_tunables == "glibc.malloc.hugetlb=0"  # Left as the user set it.
   # 5 x 64 MiB: 16k faults per block in 4 KiB pages, 32 in 2 MiB ones (measured 82k vs 2.7k).
   assert faults < 0.1 * off_faults, (faults, off_faults)
+
+
+_FREED = """
+import ctypes, sys
+sys.path.insert(0, {root!r})
+from mural import host_memory
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+rss = lambda: int(open("/proc/self/statm").read().split()[1]) * 4096
+blocks = [libc.malloc(64 << 10) for _ in range(4096)]  # 256 MiB of heap, below the mmap threshold.
+for b in blocks:
+  ctypes.memset(b, 1, 64 << 10)
+for b in blocks[:-1]:  # The last one keeps the heap's top in use: glibc cannot trim on free.
+  libc.free(b)
+held = rss()
+host_memory.release_freed_memory()
+print(held, rss())
+"""
+
+
+def test_release_freed_memory_hands_free_heap_back():
+  if not host_memory.glibc_version():
+    pytest.skip("malloc_trim is glibc's")
+  out = subprocess.run([sys.executable, "-c", _FREED.format(root=str(ROOT))], capture_output=True, text=True,
+                       timeout=120, check=True).stdout.split()
+  held, after = int(out[0]), int(out[1])
+  assert held - after > 200 << 20, (held, after)  # Most of the 256 MiB freed.
