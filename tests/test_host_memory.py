@@ -1,6 +1,7 @@
 """mural/host_memory.py: when the entry points restart with glibc's huge-page tunable, and that
 it does what it is for (fewer page faults for a large block malloc'd and freed again)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -44,7 +45,7 @@ import resource, sys
 sys.path.insert(0, {root!r})
 from mural import host_memory
 host_memory.reexec()
-import ctypes, os
+import ctypes, json, os
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype = ctypes.c_void_p
 libc.free.argtypes = [ctypes.c_void_p]
@@ -53,7 +54,8 @@ for _ in range(5):  # 64 MiB: above glibc's largest mmap threshold; malloc'd, wr
   block = libc.malloc(64 << 20)
   ctypes.memset(block, 1, 64 << 20)
   libc.free(block)
-print(os.environ.get("GLIBC_TUNABLES", ""), os.getpid(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+print(json.dumps([os.environ.get("GLIBC_TUNABLES", ""), os.getpid(),
+                  resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before]))
 """
 
 
@@ -62,9 +64,11 @@ def _probe(**env):
   environ = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
   proc = subprocess.Popen([sys.executable, "-c", _PROBE.format(root=str(ROOT))], env=dict(environ, **env),
                           stdout=subprocess.PIPE, text=True)
-  out = proc.communicate(timeout=120)[0].split()
-  assert proc.returncode == 0 and int(out[-2]) == proc.pid, out
-  return out[0] if len(out) == 3 else "", int(out[-1])
+  out = proc.communicate(timeout=120)[0]
+  assert proc.returncode == 0, out
+  tunables, pid, faults = json.loads(out)
+  assert pid == proc.pid  # Restarted in place (execve), not as a child.
+  return tunables, faults
 
 
 def test_reexec_sets_the_tunable_once_and_cuts_page_faults():

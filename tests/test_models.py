@@ -407,9 +407,9 @@ def test_build_model_config_errors():
 def test_remat_changes_no_parameter_name_nor_gradient():
   """Every remat policy computes the same loss, gradients and batch statistics (train mode:
   dropout, drop-connect and batch norm included) from the same parameter tree. The tiny tower's
-  first 3 stages (one block of each kind; 4 x 4 at the last one) and batch 8: at 32 px the 7-stage
-  tower's last batch norms see 8 values per channel and amplify round-off (1e-3) between any two
-  fusions of the same maths."""
+  first 3 stages (one block of each kind; 4 x 4 at the last one) and batch 8. (The 7-stage tower
+  is 1 x 1 at its last stages at 32 px, where batch norm over a handful of values per channel
+  amplified round-off between two fusions of the same maths to 1e-3; this test ran at 64 px.)"""
 
   def shallow():
     return set_fields(load_config("tiny"), **{"model.image.num_stages": TINY_STAGES,

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import TINY_FEATURES, TINY_STAGES, assert_resumes_bit_exactly
+from conftest import TINY_STAGES, assert_resumes_bit_exactly
 from mural import clc
 from mural import config_lib
 from mural import describe
