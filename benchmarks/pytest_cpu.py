@@ -5,7 +5,8 @@ Wall times under `-n 2` mostly say which tests ran beside the two-process test;
 CPU seconds say what each test costs, and the JAX columns how much of that is
 tracing, lowering and XLA compilation (in the test's process, not its
 subprocesses). One tab-separated line per test (cpu_s, wall_s, node id, trace_s,
-lower_s, compile_s, compiles) is appended to $MURAL_TEST_CPU_LOG:
+lower_s, compile_s, compiles, xdist worker, start and end as Unix times) is appended to
+$MURAL_TEST_CPU_LOG; the last three show how the two workers' loads line up:
 
   PYTHONPATH=benchmarks MURAL_TEST_CPU_LOG=/tmp/cpu.tsv MURAL_TEST_JAX_CACHE=$(mktemp -d) \\
     .venv/bin/python -m pytest -p pytest_cpu -q -n 2 --dist loadfile --no-loadscope-reorder tests
@@ -66,4 +67,4 @@ def pytest_runtest_protocol(item, nextitem):
   jax_s = "\t".join(f"{_seconds[k]:.1f}" for k in ("trace", "lower", "compile"))
   with open(os.environ["MURAL_TEST_CPU_LOG"], "a", encoding="utf-8") as f:
     f.write(f"{_cpu_seconds() - cpu:.1f}\t{time.time() - wall:.1f}\t{item.nodeid}\t{jax_s}\t"
-            f"{_seconds['compiles']}\n")
+            f"{_seconds['compiles']}\t{os.environ.get('PYTEST_XDIST_WORKER', '-')}\t{wall:.1f}\t{time.time():.1f}\n")
