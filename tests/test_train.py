@@ -308,13 +308,6 @@ def test_main_unparsable_override_is_one_line_exit_2(tmp_path):
   assert "Traceback" not in r.stderr
 
 
-def test_main_describe_prints_json():
-  r = _main("--config=configs/tiny.py", "--mode=describe")
-  assert r.returncode == 0, r.stderr[-2000:]
-  counts = json.loads(r.stdout.strip().splitlines()[-1])
-  assert counts["total"] > 0 and set(counts) >= {"image_tower", "text_encoder", "heads", "total"}
-
-
 def test_mesh_that_does_not_fit_is_a_config_error(tiny_vocab):
   config = tiny_config(tiny_vocab, **{"mesh.data": 3})
   with pytest.raises(config_lib.ConfigError, match=r"config\.mesh"):
@@ -351,16 +344,24 @@ print("CALLS", calls)
 """
 
 
-@pytest.mark.parametrize("entry,args", [
-    ("mural.main", ["--config=configs/tiny.py", "--mode=describe"]),
-    ("mural.data.convert", ["--input=/nonexistent.tsv", "--output_dir=/tmp/mural_spy_out"]),
-])
-def test_entry_points_hide_accelerators_from_tensorflow(entry, args):
+def _spy_on_tensorflow(entry, *args):
+  """Runs an entry point with tf.config.set_visible_devices spied on: its stdout before the calls."""
   env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
   r = subprocess.run([sys.executable, "-c", _SPY, entry, *args], cwd=ROOT, env=env, capture_output=True,
                      text=True, timeout=120)
-  calls = [l for l in r.stdout.splitlines() if l.startswith("CALLS ")]
-  assert calls and "([], 'GPU')" in calls[-1], r.stdout[-2000:] + r.stderr[-2000:]
+  lines = r.stdout.strip().splitlines()
+  assert lines and lines[-1].startswith("CALLS ") and "([], 'GPU')" in lines[-1], r.stdout[-2000:] + r.stderr[-2000:]
+  return lines[:-1]
+
+
+def test_main_describe_prints_json_and_hides_accelerators_from_tensorflow():
+  """One mural.main run for both (each start imports TensorFlow: ~8 CPU-s)."""
+  counts = json.loads(_spy_on_tensorflow("mural.main", "--config=configs/tiny.py", "--mode=describe")[-1])
+  assert counts["total"] > 0 and set(counts) >= {"image_tower", "text_encoder", "heads", "total"}
+
+
+def test_convert_hides_accelerators_from_tensorflow():
+  _spy_on_tensorflow("mural.data.convert", "--input=/nonexistent.tsv", "--output_dir=/tmp/mural_spy_out")
 
 
 @pytest.mark.parametrize("config_text,expected", [
