@@ -174,17 +174,19 @@ def test_transitive_text_loss_matches_numpy_and_targets_are_stop_gradient():
 # ---- The ResNet tower ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("depth,want", [(18, 11_176_512), (50, 23_508_032)])
+@pytest.mark.parametrize("depth,want", [(10, 4_905_792), (18, 11_176_512), (50, 23_508_032)])
 def test_resnet_parameter_counts_match_torchvision(depth, want):
   """torchvision's resnet18 / resnet50 without the fc layer (11,689,512 - 513,000; 25,557,032 -
-  2,049,000), counted from abstract shapes: nothing allocated at full size."""
+  2,049,000), counted from abstract shapes: nothing allocated at full size. ResNet-10 by hand:
+  resnet18 less one basic block per stage, 64: 73,984, 128: 295,424, 256: 1,180,672 and 512:
+  4,720,640 (two 3x3 convs and two batch norms each)."""
   import flax.linen as nn
   from mural.models import resnet
   model = resnet.ResNet(depth=depth)
   variables = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), jnp.zeros((1, 224, 224, 3)), train=False))
   params = nn.unbox(variables["params"])
   assert sum(x.size for x in jax.tree.leaves(params)) == want
-  assert model.output_dim == {18: 512, 50: 2048}[depth]
+  assert model.output_dim == {10: 512, 18: 512, 50: 2048}[depth]
   # Every parameter carries logical axis names (the sharding rules place it).
   boxed = jax.tree.leaves(variables["params"], is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned))
   assert all(isinstance(x, nn.LogicallyPartitioned) for x in boxed)
@@ -319,7 +321,9 @@ LANGS = ["en", "de", "sw"]
 
 
 def tiny_globetrotter_config(vocab_path="", variant="full", **overrides):
-  """configs/globetrotter_demo.py at toy sizes: 3 languages, 8 held-out scenes, 4 steps of 8."""
+  """configs/globetrotter_demo.py at toy sizes: 3 languages, 8 held-out scenes, 4 steps of 8, a
+  ResNet-10 of width 4 and one text layer (the tests below do not depend on depth; each level
+  costs compile time)."""
   c = load_config("globetrotter_demo")
   c = globetrotter.apply_variant(c, variant)
   c.data.vocab_path = vocab_path
@@ -329,6 +333,8 @@ def tiny_globetrotter_config(vocab_path="", variant="full", **overrides):
   c.data.synthetic.render_size = 32
   c.data.shuffle_buffer = 0
   c.model.image.width = 4
+  c.model.image.depth = 10
+  c.model.text.num_layers = 1
   c.model.text.max_len = 16
   c.model.heads.embed_dim = 16
   c.model.heads.mlp_hidden_dim = 16

@@ -1,7 +1,8 @@
-"""ResNet-18/34/50/101/152 (He et al. 2016) as an image tower (Globetrotter's image network).
+"""ResNet-10/18/34/50/101/152 (He et al. 2016; 10 is 18 with one block per stage) as an image
+tower (Globetrotter's image network).
 
 torchvision's layout: a 7x7 stride-2 stem conv, batch norm, ReLU, 3x3
-stride-2 max pool, four stages of basic (18, 34) or bottleneck (50+) blocks
+stride-2 max pool, four stages of basic (10, 18, 34) or bottleneck (50+) blocks
 with the stride on the 3x3 conv (ResNet v1.5) and a 1x1 conv + batch norm on
 the shortcut where the shape changes; the embedding is the global average
 pool of the last stage (the classifier is not part of the tower). `width`
@@ -23,6 +24,7 @@ from mural.models import efficientnet
 
 # depth -> (block kind, blocks per stage).
 DEPTHS = {
+    10: ("basic", (1, 1, 1, 1)),
     18: ("basic", (2, 2, 2, 2)),
     34: ("basic", (3, 4, 6, 3)),
     50: ("bottleneck", (3, 4, 6, 3)),
