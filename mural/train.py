@@ -405,6 +405,25 @@ def _device_batch(local: Dict[str, Dict[str, Any]], shapes, data_sharding):
 # The two entry points.
 
 
+def _run_ended_at(config, checkpoints, step: Optional[int]) -> bool:
+  """Whether checkpoint `step` ended the run (total_steps reached, or early stopping out of
+  patience), so that resuming it trains nothing and need not compile the step."""
+  if step is None:
+    return False
+  if step >= config.total_steps:
+    return True
+  es = config.early_stopping
+  if not es.metric:
+    return False
+  try:
+    record = checkpoints.metrics(step)
+  except (OSError, ValueError):  # Unreadable: restore_latest deals with that step.
+    return False
+  stopper = checkpointing.EarlyStopping(es.metric, es.patience, es.mode)
+  stopper.restore(record)
+  return stopper.exhausted
+
+
 def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] = None,
                        evaluators: Optional[Sequence[Any]] = None,
                        setup: Optional[Setup] = None) -> Dict[str, Any]:
@@ -431,9 +450,8 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
   es = config.early_stopping
   stopper = checkpointing.EarlyStopping(es.metric, es.patience, es.mode) if es.metric else None
   checkpoints = checkpointing.Checkpoints(workdir, config.keep_checkpoints, track_best=stopper is not None)
-  on_disk = checkpoints.latest_step()
-  compiling = (compile_train_step_in_background(setup)
-               if on_disk is None or on_disk < config.total_steps else None)
+  ended = _run_ended_at(config, checkpoints, checkpoints.latest_step())
+  compiling = None if ended else compile_train_step_in_background(setup)
   train_step = jit_train_step(setup)
 
   # ---- Input pipeline -------------------------------------------------------

@@ -5,7 +5,9 @@ Subprocess workers (test_multihost, test_ring_loss, test_export) import this fil
 module too (`import conftest`: their directory is on sys.path).
 """
 
+import contextlib
 import gc
+import logging
 import os
 import pathlib
 
@@ -124,6 +126,22 @@ class HookedIterator:
 
   def skip_counts(self):
     return self.inner.skip_counts()
+
+
+@contextlib.contextmanager
+def train_step_lowerings():
+  """Yields a list that ends up holding one entry per lowering of a jitted train_step in the block
+  (JAX logs each at DEBUG; lowering comes before compiling or reading the persistent cache)."""
+  pxla, lowerings = logging.getLogger("jax._src.interpreters.pxla"), []
+  handler, level = logging.Handler(logging.DEBUG), pxla.level
+  handler.emit = lambda r: lowerings.append(r) if r.getMessage().startswith("Compiling jit(train_step)") else None
+  pxla.addHandler(handler)
+  pxla.setLevel(logging.DEBUG)
+  try:
+    yield lowerings
+  finally:
+    pxla.removeHandler(handler)
+    pxla.setLevel(level)
 
 
 def sigterm(batch):

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import TINY_FEATURES, TINY_STAGES, assert_resumes_bit_exactly
+from conftest import TINY_FEATURES, TINY_STAGES, assert_resumes_bit_exactly, train_step_lowerings
 from mural import checkpointing
 from mural import config_lib
 from mural import describe
@@ -414,5 +414,7 @@ def test_early_stopping_keeps_the_best_checkpoint(reference, tmp_path_factory, w
     train.evaluate(config, str(workdir), step=3, evaluators=[seen])
   # Patience 2 with a longer budget: the 5th and 6th evaluations never come.
   config.total_steps = 6
-  again = train.train_and_evaluate(config, str(workdir), evaluators=[ScriptedScore([9.0] * 3)])
+  with train_step_lowerings() as lowerings:
+    again = train.train_and_evaluate(config, str(workdir), evaluators=[ScriptedScore([9.0] * 3)])
   assert again["early_stopped"] and again["step"] == 4
+  assert not lowerings  # Nothing left to train: the step is not even lowered.

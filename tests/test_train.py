@@ -6,7 +6,6 @@ compile of the train step dominates (~15-30 s per distinct step function).
 """
 
 import json
-import logging
 import os
 import pathlib
 import re
@@ -19,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import ROOT, HookedIterator, sigterm, tiny_config
+from conftest import ROOT, HookedIterator, sigterm, tiny_config, train_step_lowerings
 from mural import checkpointing
 from mural import config_lib
 from mural import optim
@@ -46,19 +45,10 @@ def uninterrupted(tiny_vocab, tmp_path_factory):
   workdir = tmp_path_factory.mktemp("full")
   config = tiny_config(tiny_vocab)
   setup = train.build(config)
-  # JAX logs each lowering of a jitted function (at DEBUG unless jax_log_compiles): the step is
-  # compiled in a thread before the loop, and the loop's first call must find it.
-  pxla, records = logging.getLogger("jax._src.interpreters.pxla"), []
-  handler, level = logging.Handler(logging.DEBUG), pxla.level
-  handler.emit = records.append
-  pxla.addHandler(handler)
-  pxla.setLevel(logging.DEBUG)
-  try:
+  # The step is compiled in a thread before the loop, and the loop's first call must find it.
+  with train_step_lowerings() as lowerings:
     result = train.train_and_evaluate(config, str(workdir), setup=setup)
-  finally:
-    pxla.removeHandler(handler)
-    pxla.setLevel(level)
-  result["step_lowerings"] = sum(r.getMessage().startswith("Compiling jit(train_step)") for r in records)
+  result["step_lowerings"] = len(lowerings)
   return config, workdir, result, setup
 
 
