@@ -69,6 +69,9 @@ def set_fields(config, **overrides):
 # less CPU to build, trace and compile, its init half. test_models.py keeps tiny.py's 7 stages.
 TINY_STAGES = 3
 TINY_FEATURES = 16  # Its pooled width: round_filters(40, 0.25).
+# One stage (stem, one MBConv block, head conv): the frozen image backbones of the MULE, SMALR and
+# Kádár et al. tests (only their features are used) and the multihost and plan tests' towers.
+ONE_STAGE_FEATURES = 8  # round_filters(16, 0.25).
 
 
 def tiny_config(vocab_path: str = "", languages=("en", "de", "sw"), **overrides):
@@ -134,7 +137,8 @@ def train_step_lowerings():
   (JAX logs each at DEBUG; lowering comes before compiling or reading the persistent cache)."""
   pxla, lowerings = logging.getLogger("jax._src.interpreters.pxla"), []
   handler, level = logging.Handler(logging.DEBUG), pxla.level
-  handler.emit = lambda r: lowerings.append(r) if r.getMessage().startswith("Compiling jit(train_step)") else None
+  step = lambda r: r.getMessage().startswith("Compiling jit(train_step)")
+  handler.emit = lambda r: lowerings.append(r) if step(r) else None
   pxla.addHandler(handler)
   pxla.setLevel(logging.DEBUG)
   try:

@@ -26,7 +26,8 @@ import time
 import numpy as np
 import pytest
 
-from conftest import ROOT, HookedIterator, collect_garbage_less, tiny_config  # ml_collections only: no JAX.
+# ml_collections only: no JAX.
+from conftest import ONE_STAGE_FEATURES, ROOT, HookedIterator, collect_garbage_less, tiny_config
 # No persistent compilation cache in the workers: a process that loads an
 # executable compiled for another process layout (a 1 x 4 run has the same HLO)
 # runs different collectives than its peer, and gloo fails with a size mismatch.
@@ -42,7 +43,7 @@ def tiny(vocab_path, devices=8):
                        eval_every_steps=0,  # Only the final evaluation.
                        checkpoint_every_steps=5)  # One checkpoint mid-run, one at the end.
   config.model.image.num_stages = 1
-  config.model.heads.embed_dim = 8  # The one stage's width: round_filters(16, 0.25).
+  config.model.heads.embed_dim = ONE_STAGE_FEATURES
   assert config.total_steps == STEPS
   if devices > 1:
     config.mesh.data, config.mesh.fsdp, config.mesh.model = 2, 2, 2  # Every axis, across processes.
