@@ -70,7 +70,8 @@ def set_fields(config, **overrides):
 TINY_STAGES = 3
 TINY_FEATURES = 16  # Its pooled width: round_filters(40, 0.25).
 # One stage (stem, one MBConv block, head conv): the frozen image backbones of the MULE, SMALR and
-# Kádár et al. tests (only their features are used) and the multihost and plan tests' towers.
+# Kádár et al. tests (only their features are used) and the towers of the multihost, plan and toy
+# system tests.
 ONE_STAGE_FEATURES = 8  # round_filters(16, 0.25).
 
 
