@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import ONE_STAGE_FEATURES, assert_resumes_bit_exactly, train_step_lowerings
+from conftest import TINY_FEATURES, TINY_STAGES, assert_resumes_bit_exactly, train_step_lowerings
 from mural import checkpointing
 from mural import config_lib
 from mural import describe
@@ -41,7 +41,7 @@ def tiny_kadar_config(**overrides):
   c.model.image.variant = "b0"
   c.model.image.width_coefficient = 0.25
   c.model.image.depth_coefficient = 0.25
-  c.model.image.num_stages = 1  # A frozen one-stage backbone (conftest.ONE_STAGE_FEATURES).
+  c.model.image.num_stages = TINY_STAGES  # As the training tests' (conftest.py says why).
   c.model.image.output_dim = 16
   c.model.text.words_per_language = 128
   c.model.text.word_dim = 8
@@ -229,7 +229,7 @@ def test_describe_and_system_table():
   c = tiny_kadar_config()
   counts = describe.describe(c)
   gru = 3 * (8 * 16 + 16) + 3 * 16 * 16 + 16  # Input kernels + biases, recurrent kernels, hn's bias.
-  features = ONE_STAGE_FEATURES  # The frozen backbone's pooled width.
+  features = TINY_FEATURES  # The frozen backbone's pooled width.
   assert counts["image_tower"] == (features + 1) * 16  # One linear layer over the frozen features.
   assert counts["token_embeddings"] == 128 * 8  # ONE table for every language.
   assert counts["total"] == (features + 1) * 16 + 128 * 8 + gru

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from scipy import special
 
-from conftest import TINY_FEATURES, TINY_STAGES, load_config, set_fields
+from conftest import load_config, set_fields
 from mural import config_lib
 from mural import models
 from mural.models import bert
@@ -411,9 +411,8 @@ def test_remat_changes_no_parameter_name_nor_gradient():
   is 1 x 1 at its last stages at 32 px, where batch norm over a handful of values per channel
   amplified round-off between two fusions of the same maths to 1e-3; this test ran at 64 px.)"""
 
-  def shallow():
-    return set_fields(load_config("tiny"), **{"model.image.num_stages": TINY_STAGES,
-                                              "model.heads.embed_dim": TINY_FEATURES})
+  def shallow():  # B0's first 3 stages: one block of each kind; pooled width round_filters(40, 0.25).
+    return set_fields(load_config("tiny"), **{"model.image.num_stages": 3, "model.heads.embed_dim": 16})
 
   batch = _batch(shallow(), b=8)
   variables = init(models.build_model(shallow().model, ["i2t", "t2t"]), batch, method=embed_all)

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import ONE_STAGE_FEATURES, assert_resumes_bit_exactly
+from conftest import TINY_FEATURES, TINY_STAGES, assert_resumes_bit_exactly
 from mural import config_lib
 from mural import describe
 from mural import losses
@@ -36,7 +36,7 @@ def tiny_mule_config(**overrides):
   c.model.image.variant = "b0"
   c.model.image.width_coefficient = 0.25
   c.model.image.depth_coefficient = 0.25
-  c.model.image.num_stages = 1  # A frozen one-stage backbone (conftest.ONE_STAGE_FEATURES).
+  c.model.image.num_stages = TINY_STAGES  # As the training tests' (conftest.py says why).
   c.model.image.hidden_dim = 32
   c.model.image.output_dim = 16
   c.model.text.words_per_language = 64
@@ -301,7 +301,7 @@ def _text_params(c, g):
 def test_describe_counts_what_trains():
   c = tiny_mule_config()
   counts = describe.describe(c)
-  features = ONE_STAGE_FEATURES  # The tiny EfficientNet's pooled width (frozen: not a parameter).
+  features = TINY_FEATURES  # The tiny EfficientNet's pooled width (frozen: not a parameter).
   image = (features + 1) * 32 + 2 * 32 + (32 + 1) * 16
   classifier = (16 + 1) * 3
   assert counts["image_tower"] == image

@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 # ml_collections only: no JAX.
-from conftest import ONE_STAGE_FEATURES, ROOT, HookedIterator, collect_garbage_less, tiny_config
+from conftest import ROOT, HookedIterator, collect_garbage_less, tiny_config
 # No persistent compilation cache in the workers: a process that loads an
 # executable compiled for another process layout (a 1 x 4 run has the same HLO)
 # runs different collectives than its peer, and gloo fails with a size mismatch.
@@ -36,14 +36,9 @@ STEPS = 10  # configs/tiny.py's total_steps.
 
 
 def tiny(vocab_path, devices=8):
-  """The tiny config on 2 languages with a one-stage image tower (stem, one MBConv block with
-  batch norms and squeeze-excite, head): what crosses hosts here does not depend on depth, and each
-  worker compiles the partitioned init and step itself (the pair's CPU: 112 -> 82 s)."""
   config = tiny_config(vocab_path, languages=("en", "de"),
                        eval_every_steps=0,  # Only the final evaluation.
                        checkpoint_every_steps=5)  # One checkpoint mid-run, one at the end.
-  config.model.image.num_stages = 1
-  config.model.heads.embed_dim = ONE_STAGE_FEATURES
   assert config.total_steps == STEPS
   if devices > 1:
     config.mesh.data, config.mesh.fsdp, config.mesh.model = 2, 2, 2  # Every axis, across processes.
@@ -159,7 +154,7 @@ def test_two_processes_match_one_process(tmp_path, tiny_vocab):
 
 def _assert_2x2x2_placement(facts):
   """FSDP 2 x model 2 holds a quarter of each matrix and of its moments on a device; biases,
-  norms and the temperature stay whole (measured on the one-stage tiny tower: 26.1% of the
+  norms and the temperature stay whole (measured on the training tests' tiny towers: 26.1% of the
   parameters and 25.9% of the optimizer state, where FSDP 2 alone would be > 50%)."""
   b = facts["bytes"]
   for kind in ("params", "opt_state"):

@@ -5,14 +5,15 @@ import os
 import subprocess
 import sys
 
-from conftest import ONE_STAGE_FEATURES, ROOT, load_config, set_fields  # No JAX imported.
+from conftest import ROOT, TINY_FEATURES, TINY_STAGES, load_config, set_fields  # No JAX imported.
 
 # The interface scripts read (issue 13), at least these keys.
 KEYS = ("devices", "mesh", "global_batch", "dtype", "params_bytes_per_device", "opt_state_bytes_per_device",
         "temp_bytes_per_device", "total_bytes_per_device", "flops_per_step")
-# configs/tiny.py with one image stage and one text layer: what the plan reports does not depend
-# on depth, and its 8-device step compiles in less.
-SHALLOW = {"model.image.num_stages": 1, "model.text.num_layers": 1, "model.heads.embed_dim": ONE_STAGE_FEATURES}
+# configs/tiny.py with the training tests' shallower towers (conftest.tiny_config): the plan's
+# figures do not depend on depth, and its 8-device step compiles in less.
+SHALLOW = {"model.image.num_stages": TINY_STAGES, "model.text.num_layers": 1,
+           "model.heads.embed_dim": TINY_FEATURES}
 
 
 def _main(*args, timeout=900):

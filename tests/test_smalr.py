@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import assert_resumes_bit_exactly
+from conftest import TINY_STAGES, assert_resumes_bit_exactly
 from mural import clc
 from mural import config_lib
 from mural import describe
@@ -37,7 +37,7 @@ def tiny_smalr_config(ablation="smalr", **overrides):
   c.model.image.variant = "b0"
   c.model.image.width_coefficient = 0.25
   c.model.image.depth_coefficient = 0.25
-  c.model.image.num_stages = 1  # A frozen one-stage backbone (conftest.ONE_STAGE_FEATURES).
+  c.model.image.num_stages = TINY_STAGES  # As the training tests' (conftest.py says why).
   c.model.image.hidden_dim = 32
   c.model.image.output_dim = 16
   t = c.model.text

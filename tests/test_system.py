@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import ONE_STAGE_FEATURES, tiny_config
+from conftest import tiny_config
 from mural import evaluate
 from mural import losses
 from mural import models
@@ -104,8 +104,6 @@ def _toy(vocab_path):
     c[section] = tiny[section]
   for field in ("total_steps", "log_every_steps", "checkpoint_every_steps", "eval_every_steps", "eval_batch_size"):
     c[field] = tiny[field]
-  c.model.image.num_stages = 1  # What is tested is the system's plumbing, not the towers.
-  c.model.heads.embed_dim = ONE_STAGE_FEATURES
   c.optim.warmup_steps = 1
   c.total_steps, c.eval_every_steps = 8, 0
   c.tasks.sig.batch_size = c.tasks.t2t.batch_size = 8

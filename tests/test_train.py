@@ -199,7 +199,6 @@ def accumulation(tiny_vocab):
   hold the same images, so batch-norm moments of a micro-batch equal the whole batch's and
   only the negatives tell the accumulation modes apart; the whole-batch gradient function."""
   config = tiny_config(tiny_vocab, **{"optim.grad_accum_steps": 2, "model.text.dropout_rate": 0.0,
-                                      "data.image_size": 64, "data.eval_resize": 72,  # 32 px: 1 x 1 final BN.
                                       "model.image.dropout_rate": 0.0,
                                       "model.image.stochastic_depth_rate": 0.0})
   setup = train.build(config)
