@@ -315,6 +315,18 @@ def test_dual_encoder_embeds_through_named_heads(tiny):
     apply(batch["image"], head="image", method="embed_images")
 
 
+def test_text_pair_task_embeds_both_sides_as_one_batch(tiny):
+  """MURAL's t2t forward sends left and right rows through the tower together (one tower in the
+  program): the embeddings of separate calls, row for row."""
+  from mural.systems import mural as mural_system  # pylint: disable=g-import-not-at-top
+  config, model, variables, batch, out = tiny
+  task = mural_system.text_pair_task(config)
+  got = run(model, variables, batch, method=lambda module, b: task.forward(module, b, False))
+  np.testing.assert_allclose(got["left"], out["left_emb"], rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(got["right"], out["right_emb"], rtol=1e-5, atol=1e-6)
+  assert not np.allclose(got["left"], got["right"], atol=1e-3)
+
+
 def test_adding_a_head_renames_and_reinitialises_nothing(tiny):
   """A model with only the i2t head (ALIGN) has exactly the other model's params for it."""
   config, _, variables, batch, out = tiny
