@@ -10,6 +10,8 @@ import gc
 import logging
 import os
 import pathlib
+import subprocess
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # Before anything imports TensorFlow.
 
@@ -146,6 +148,45 @@ def train_step_lowerings():
   finally:
     pxla.removeHandler(handler)
     pxla.setLevel(level)
+
+
+_TENSORFLOW_SPY = """
+import sys
+import tensorflow as tf
+calls = []
+original = tf.config.set_visible_devices
+def spy(devices, device_type=None):
+  calls.append((list(devices), device_type))
+  return original(devices, device_type)
+tf.config.set_visible_devices = spy
+module = __import__(sys.argv[1], fromlist=["main"])
+sys.argv = sys.argv[1:]
+code = 0
+try:
+  if sys.argv[0] == "mural.main":
+    module.run()
+  else:
+    from absl import app
+    module._define_flags()
+    app.run(module.main)
+except SystemExit as e:
+  code = e.code or 0
+print("EXIT", code)
+print("CALLS", calls)
+"""
+
+
+def spy_on_tensorflow(entry: str, *args: str):
+  """Runs entry point `entry` (`python -m entry args`) in a subprocess with
+  tf.config.set_visible_devices spied on, and checks it hid the GPUs from TensorFlow.
+  Returns (exit code, stdout lines, stderr)."""
+  env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
+  r = subprocess.run([sys.executable, "-c", _TENSORFLOW_SPY, entry, *args], cwd=ROOT, env=env,
+                     capture_output=True, text=True, timeout=120)
+  lines = r.stdout.strip().splitlines()
+  assert len(lines) >= 2 and lines[-1].startswith("CALLS ") and "([], 'GPU')" in lines[-1], \
+      r.stdout[-2000:] + r.stderr[-2000:]
+  return int(lines[-2].split()[1]), lines[:-2], r.stderr
 
 
 def sigterm(batch):

@@ -16,6 +16,7 @@ import numpy as np
 from PIL import Image, ImageFile, features
 import pytest
 
+from conftest import spy_on_tensorflow
 from mural.data import convert
 from mural.data import preprocess
 from mural.data import sources
@@ -320,13 +321,14 @@ def test_cli(tmp_path):
   (out / "data-00000-of-00001.tfrecord.incomplete").write_bytes(b"left by a killed run")
   repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   env = dict(os.environ, PYTHONPATH=repo, TF_CPP_MIN_LOG_LEVEL="3")
-  cmd = [sys.executable, "-m", "mural.data.convert", f"--input={tmp_path / 'rows.tsv'}", f"--output_dir={out}",
-         "--num_shards=1", "--quoting=rfc4180", "--max_caption_chars=4", "--max_field_chars=1000",
-         "--max_pixels=100", "--prefix=data"]
-  r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
-  assert r.returncode == 0, r.stderr
-  assert "read 2 rows, wrote 1 records to 1 shards (0 images re-encoded, 1 captions truncated)" in r.stdout
-  assert "written per lang: en=1" in r.stdout and "SKIPPED 1 rows: missing_image (lines 2)" in r.stdout
+  args = [f"--input={tmp_path / 'rows.tsv'}", f"--output_dir={out}", "--num_shards=1", "--quoting=rfc4180",
+          "--max_caption_chars=4", "--max_field_chars=1000", "--max_pixels=100", "--prefix=data"]
+  cmd = [sys.executable, "-m", "mural.data.convert", *args]
+  code, stdout, stderr = spy_on_tensorflow("mural.data.convert", *args)  # Also: GPUs hidden from TF.
+  assert code == 0, stderr
+  stdout = "\n".join(stdout)
+  assert "read 2 rows, wrote 1 records to 1 shards (0 images re-encoded, 1 captions truncated)" in stdout
+  assert "written per lang: en=1" in stdout and "SKIPPED 1 rows: missing_image (lines 2)" in stdout
   assert sorted(os.listdir(out)) == ["data-00000-of-00001.tfrecord", "data.stats.json"]
   assert [c for c, _, _ in _read_back(str(out))] == ["Long"]
   r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)  # A complete output is kept.

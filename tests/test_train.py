@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import ROOT, HookedIterator, sigterm, tiny_config, train_step_lowerings
+from conftest import ROOT, HookedIterator, sigterm, spy_on_tensorflow, tiny_config, train_step_lowerings
 from mural import checkpointing
 from mural import config_lib
 from mural import optim
@@ -309,48 +309,13 @@ def test_batch_that_does_not_split_is_a_config_error(tiny_vocab):
     train.build(config)
 
 
-_SPY = """
-import sys
-import tensorflow as tf
-calls = []
-original = tf.config.set_visible_devices
-def spy(devices, device_type=None):
-  calls.append((list(devices), device_type))
-  return original(devices, device_type)
-tf.config.set_visible_devices = spy
-module = __import__(sys.argv[1], fromlist=["main"])
-sys.argv = sys.argv[1:]
-try:
-  if sys.argv[0] == "mural.main":
-    module.run()
-  else:
-    from absl import app
-    module._define_flags()
-    app.run(module.main)
-except SystemExit:
-  pass
-print("CALLS", calls)
-"""
-
-
-def _spy_on_tensorflow(entry, *args):
-  """Runs an entry point with tf.config.set_visible_devices spied on: its stdout before the calls."""
-  env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
-  r = subprocess.run([sys.executable, "-c", _SPY, entry, *args], cwd=ROOT, env=env, capture_output=True,
-                     text=True, timeout=120)
-  lines = r.stdout.strip().splitlines()
-  assert lines and lines[-1].startswith("CALLS ") and "([], 'GPU')" in lines[-1], r.stdout[-2000:] + r.stderr[-2000:]
-  return lines[:-1]
-
-
 def test_main_describe_prints_json_and_hides_accelerators_from_tensorflow():
-  """One mural.main run for both (each start imports TensorFlow: ~8 CPU-s)."""
-  counts = json.loads(_spy_on_tensorflow("mural.main", "--config=configs/tiny.py", "--mode=describe")[-1])
+  """One mural.main run for both (each start imports TensorFlow: ~8 CPU-s; mural.data.convert's
+  hiding is checked by test_convert's CLI run)."""
+  code, stdout, stderr = spy_on_tensorflow("mural.main", "--config=configs/tiny.py", "--mode=describe")
+  assert code == 0, stderr[-2000:]
+  counts = json.loads(stdout[-1])
   assert counts["total"] > 0 and set(counts) >= {"image_tower", "text_encoder", "heads", "total"}
-
-
-def test_convert_hides_accelerators_from_tensorflow():
-  _spy_on_tensorflow("mural.data.convert", "--input=/nonexistent.tsv", "--output_dir=/tmp/mural_spy_out")
 
 
 @pytest.mark.parametrize("config_text,expected", [
