@@ -170,7 +170,7 @@ try:
     module._define_flags()
     app.run(module.main)
 except SystemExit as e:
-  code = e.code or 0
+  code = e.code if isinstance(e.code, int) else int(e.code is not None)  # A message exits 1.
 print("EXIT", code)
 print("CALLS", calls)
 """

@@ -121,10 +121,11 @@ def text_pair_task(config, name: str = "t2t") -> system.Task:
     # Both sides through the tower as one batch, so the program holds the tower once, not twice
     # (XLA's CPU compile time grows faster than the program). Rows interleave (left 0, right 0,
     # left 1, ...): a device's batch shard stays on that device.
-    rows = lambda left, right: jnp.stack([left, right], axis=1).reshape(2 * left.shape[0], -1)
+    n = batch["left_ids"].shape[0]
+    rows = lambda left, right: jnp.stack([left, right], axis=1).reshape((2 * n,) + left.shape[1:])
     both = model.embed_texts(rows(batch["left_ids"], batch["right_ids"]),
                              rows(batch["left_mask"], batch["right_mask"]), head, train)
-    both = both.reshape(batch["left_ids"].shape[0], 2, -1)
+    both = both.reshape((n, 2) + both.shape[1:])
     return {"left": both[:, 0], "right": both[:, 1]}
 
   def loss(out, batch):
