@@ -13,14 +13,15 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 import jax
 from absl import logging
-from clu import metric_writers
 from etils import epath
 
 from mural import sharding
 from mural.state import TrainingError
 
 
-def writer(workdir: str) -> metric_writers.MetricWriter:
+def writer(workdir: str):
+  """A clu MetricWriter; clu (and with it TensorFlow) loads here, not at import."""
+  from clu import metric_writers  # pylint: disable=g-import-not-at-top
   if jax.process_index() == 0:
     return metric_writers.SummaryWriter(str(workdir))
   return metric_writers.MultiWriter([])

@@ -19,6 +19,10 @@ Per-step randomness is `fold_in(state.rng, step)` and the input pipeline
 resumes exactly, so an interrupted and resumed run ends with the same losses
 and params as one that never stopped (tests/test_train.py). SIGTERM saves a
 checkpoint at the next step boundary and returns.
+
+TensorFlow (the input pipeline, the vocab, clu's TensorBoard writer) is
+imported where the loop first needs it, not with this module: `build` and
+`make_train_step` run without it (benchmarks, export, a GPU host that lacks it).
 """
 
 import copy
@@ -45,8 +49,6 @@ from mural import sharding
 from mural import system as system_lib
 from mural import systems
 from mural import warm_start
-from mural.data import pipeline
-from mural.data import vocab
 from mural.state import TrainState
 
 # Salt of the per-step key that a system's task chooser draws from.
@@ -389,6 +391,7 @@ def _setup_for(config, setup: Optional[Setup]) -> Setup:
 
 def input_pipeline(config, setup: Setup, workdir: str):
   """(tokenizer, this process's training iterator)."""
+  from mural.data import pipeline, vocab  # pylint: disable=g-import-not-at-top
   tokenizer = vocab.tokenizer(config, setup.tasks, workdir)
   return tokenizer, pipeline.build_train_iterator(
       config, setup.tasks, tokenizer, process_index=jax.process_index(),
@@ -459,6 +462,7 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
   if train_iter is None:
     tokenizer, train_iter = input_pipeline(config, setup, workdir)
   if evaluators is None:
+    from mural.data import vocab  # pylint: disable=g-import-not-at-top
     tokenizer = tokenizer or vocab.tokenizer(config, setup.tasks, workdir)
     evaluators = setup.system.evaluators(config, setup.tasks, tokenizer)
   shapes = {t.name: tuple(t.shapes(config)) for t in setup.tasks}
@@ -562,6 +566,7 @@ def evaluate(config, workdir: str, *, step: Optional[int] = None,
     raise FileNotFoundError(f"no checkpoint in {checkpoints.directory}; train first (--mode=train)")
   checkpoints.close()
   if evaluators is None:
+    from mural.data import vocab  # pylint: disable=g-import-not-at-top
     tokenizer = vocab.tokenizer(config, setup.tasks, workdir, learn_missing=False)
     evaluators = setup.system.evaluators(config, setup.tasks, tokenizer)
   if not evaluators:

@@ -1,4 +1,5 @@
-"""TensorFlow's CUDA probe on a machine without CUDA prints nothing through mural's entry points."""
+"""What starting mural loads and prints: TensorFlow only where the input side needs it, and its
+CUDA probe on a machine without CUDA prints nothing through mural's entry points."""
 
 import os
 import subprocess
@@ -24,3 +25,13 @@ def test_hiding_accelerators_prints_no_cuda_lines():
   assert r.returncode == 0, r.stderr[-2000:]
   for mark in ("cudart_stub", "cuda_platform", "cuInit", "InitializeLog"):  # The probe's own lines.
     assert mark not in r.stderr, r.stderr
+
+
+def test_building_the_model_and_step_loads_no_tensorflow():
+  """A benchmark, an export or a GPU host without TensorFlow builds the towers and step without it."""
+  code = ("import sys; sys.path.insert(0, 'tests'); import conftest; from mural import train, export; "
+          "setup = train.build(conftest.tiny_config()); train.jit_train_step(setup); "
+          "print(sorted(t.name for t in setup.tasks), [m for m in ('tensorflow', 'clu') if m in sys.modules])")
+  r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert r.stdout.split("\n")[-2] == "['i2t', 't2t'] []", r.stdout

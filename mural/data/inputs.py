@@ -17,16 +17,23 @@ cheap check) and a language key: the language's index in data.languages
 samples languages by that key and counts skips by status.
 """
 
+from __future__ import annotations  # tf.Tensor annotations are not evaluated at import.
+
 import dataclasses
 from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
-import tensorflow as tf
+from etils import epy
 
-from mural.data import preprocess
 from mural.data import records
-from mural.data import sources
+
+# TensorFlow loads when a pipeline first uses a kind, not when a task names one:
+# building a model and its step (a benchmark, a host without TensorFlow) needs none.
+with epy.lazy_imports():
+  import tensorflow as tf
+  from mural.data import preprocess
+  from mural.data import sources
 
 _STATUS, _OK = records.STATUS, records.OK
 
@@ -57,7 +64,7 @@ def first_status(*statuses) -> tf.Tensor:
 class RecordKind:
   """One kind of training record (see the module docstring)."""
   name: str
-  table: Mapping[str, Callable]  # Source constructors by name (sources.py).
+  table_name: str  # Its table of source constructors by name: sources.<table_name>.
   text_fields: Tuple[str, ...]  # Raw text fields (the vocabulary is learned from them).
   has_image: bool  # The pipeline decodes and crops 'image'.
   reasons: Tuple[str, ...]  # The skip reasons that can occur (reported).
@@ -72,6 +79,10 @@ class RecordKind:
   # (decoded uint8 image, stateless seed, config.data) -> {key: float32 [S, S, 3]}: the kind's
   # own training augmentation; None: the pipeline's crop (+ flip) into 'image'.
   train_views: Optional[Callable[[tf.Tensor, tf.Tensor, object], Dict[str, tf.Tensor]]] = None
+
+  @property
+  def table(self) -> Mapping[str, Callable]:
+    return getattr(sources, self.table_name)
 
   def shapes(self, batch_size: int, config) -> Dict[str, jax.ShapeDtypeStruct]:
     return {k: jax.ShapeDtypeStruct(s, d) for k, (s, d) in self.layout(batch_size, config).items()}
@@ -111,7 +122,7 @@ def _index_of(name, languages):
 
 
 IMAGE_TEXT = RecordKind(
-    name="image_text", table=sources.IMAGE_TEXT_SOURCES, text_fields=("caption",), has_image=True,
+    name="image_text", table_name="IMAGE_TEXT_SOURCES", text_fields=("caption",), has_image=True,
     reasons=records.SKIP_REASONS, num_lang_keys=lambda n: n,
     lang_key=lambda raw, languages: lang_index(raw["lang"], languages), key_of_name=_index_of,
     check=_image_text_check, finish=_image_text_finish, layout=_image_text_layout,
@@ -157,7 +168,7 @@ def _text_pair_layout(b, config):
 
 
 TEXT_PAIR = RecordKind(
-    name="text_pair", table=sources.TEXT_PAIR_SOURCES, text_fields=("left", "right"), has_image=False,
+    name="text_pair", table_name="TEXT_PAIR_SOURCES", text_fields=("left", "right"), has_image=False,
     reasons=("unknown_language", "empty_text", "long_text"), num_lang_keys=lambda n: n * n,
     lang_key=_text_pair_lang_key, key_of_name=_text_pair_key_of_name,
     check=_text_pair_check, finish=_text_pair_finish, layout=_text_pair_layout,

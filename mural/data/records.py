@@ -8,7 +8,10 @@ table, the task inputs and the pipeline can all import it without a cycle.
 
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
-import tensorflow as tf
+from etils import epy
+
+with epy.lazy_imports():  # Its constants are read where TensorFlow is not needed (inputs.py).
+  import tensorflow as tf
 
 # Keys of a source config that the pipeline reads; every source accepts them.
 COMMON_FIELDS = ("name", "weight")
