@@ -20,6 +20,7 @@ called here) and imports it again. open_clip only uses torchvision for transform
 Run (about 1-2 minutes per configuration at the defaults on 2 cores):
   /tmp/oc_venv/bin/python benchmarks/bench_open_clip.py                       # stock, channels_last, tuned
   /tmp/oc_venv/bin/python benchmarks/bench_open_clip.py --configs=tuned --image_size=224 --batch=64
+  python3 benchmarks/bench_open_clip.py --device=cuda --configs=stock,channels_last --amp=bf16   # a GPU
 
 Model: open_clip.CLIP with a timm `efficientnet_b0` image tower (its 1280-wide
 head conv, average pool, a linear projection to 256; no pretrained weights)
@@ -41,6 +42,7 @@ What it prints, per configuration (the same figures as bench_step.py):
   peak RSS       the process's peak resident memory (getrusage ru_maxrss) right
                  after the timed steps (model, optimizer state, activations,
                  allocator caches, the Python / torch runtime);
+  device memory  with --device=cuda: torch.cuda.max_memory_allocated;
   GFLOP/step     torch.utils.flop_counter's count of one step (convs and matmuls,
                  forward + backward), measured after the timed steps, and GFLOP/s.
                  Not comparable with bench_step.py's XLA figure: at the defaults
@@ -112,8 +114,10 @@ def run_one(args) -> dict:
                     heads=args.heads, layers=args.layers, mlp_ratio=args.mlp / args.width),
       output_dict=True)
   model.train()
-  images = torch.randn(args.batch, 3, args.image_size, args.image_size)
-  texts = torch.randint(1, args.vocab, (args.batch, args.context))
+  device = torch.device(args.device)
+  model = model.to(device)
+  images = torch.randn(args.batch, 3, args.image_size, args.image_size, device=device)
+  texts = torch.randint(1, args.vocab, (args.batch, args.context), device=device)
   if channels_last:
     model = model.to(memory_format=torch.channels_last)
     images = images.contiguous(memory_format=torch.channels_last)
@@ -121,12 +125,14 @@ def run_one(args) -> dict:
   optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=1e-5)
 
   def step():
-    out = model(images, texts)
-    loss = loss_fn(out["image_features"], out["text_features"], out["logit_scale"])
+    # --amp=bf16: torch.autocast, as open_clip's --precision amp_bf16 (params and AdamW stay f32).
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.amp == "bf16"):
+      out = model(images, texts)
+      loss = loss_fn(out["image_features"], out["text_features"], out["logit_scale"])
     loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return float(loss)
+    return float(loss)  # Waits for the device.
 
   for _ in range(args.warmup):
     step()
@@ -136,19 +142,23 @@ def run_one(args) -> dict:
     loss = step()
     times.append(time.perf_counter() - t0)
   rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+  device_peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
   counter = FlopCounterMode(display=False)
   with counter:
     step()
   flops = float(counter.get_total_flops())
-  a = torch.randn(4096, 4096)
+  a = torch.randn(4096, 4096, device=device)
   mm = []
   for _ in range(args.matmul_repeats + 1):
     t0 = time.perf_counter()
     torch.mm(a, a)
+    if device.type == "cuda":
+      torch.cuda.synchronize(device)
     mm.append(time.perf_counter() - t0)
   mm_rate = 2 * 4096 ** 3 / statistics.median(mm[1:])
   step_s = statistics.median(times)
-  return dict(config=args.config, samples_s=args.batch / step_s, step_s_median=step_s,
+  return dict(config=args.config, device=args.device, amp=args.amp,
+              device_peak_gib=device_peak / 2**30 if device_peak is not None else None, samples_s=args.batch / step_s, step_s_median=step_s,
               step_s_all=[round(t, 4) for t in times], peak_rss_gib=rss / 2**30, gflop=flops / 1e9,
               gflops=flops / step_s / 1e9, torch_matmul_f32_gflops=mm_rate / 1e9, loss=loss,
               threads=torch.get_num_threads(), torch=torch.__version__, open_clip=open_clip.__version__,
@@ -161,6 +171,8 @@ def print_one(r) -> None:
         f"max {max(r['step_s_all']):.3f}); loss {r['loss']:.4f}")
   print(f"[{r['config']}] samples/s: {r['samples_s']:.2f}")
   print(f"[{r['config']}] peak RSS: {r['peak_rss_gib']:.2f} GiB (process, after the timed steps)")
+  if r["device_peak_gib"] is not None:
+    print(f"[{r['config']}] device memory: peak {r['device_peak_gib']:.2f} GiB allocated")
   print(f"[{r['config']}] GFLOP/step (torch flop counter): {r['gflop']:.1f}; achieved "
         f"{r['gflops']:.1f} GFLOP/s; torch matmul f32 [4096]^2 {r['torch_matmul_f32_gflops']:.1f} GFLOP/s")
 
@@ -180,6 +192,8 @@ def main(argv=None) -> None:
   p.add_argument("--warmup", type=int, default=2)
   p.add_argument("--steps", type=int, default=5)
   p.add_argument("--matmul_repeats", type=int, default=3)
+  p.add_argument("--device", default="cpu", help="torch device: cpu, or cuda on a GPU")
+  p.add_argument("--amp", default="none", choices=["none", "bf16"], help="bf16 autocast (mixed precision)")
   p.add_argument("--config", default="", help=argparse.SUPPRESS)  # A child: run this one.
   args = p.parse_args(argv)
   missing = [m for m in ("torch", "torchvision", "timm", "open_clip") if importlib.util.find_spec(m) is None]
@@ -195,7 +209,7 @@ def main(argv=None) -> None:
   load = os.getloadavg()
   print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; open_clip CLIP: timm efficientnet_b0 "
         f"(+ 1280 head conv) -> {args.embed_dim}, text L{args.layers}/W{args.width}/H{args.heads}/"
-        f"MLP{args.mlp}, vocab {args.vocab}, context {args.context}; fp32; batch {args.batch} at "
+        f"MLP{args.mlp}, vocab {args.vocab}, context {args.context}; fp32{' + bf16 autocast' if args.amp == 'bf16' else ''} on {args.device}; batch {args.batch} at "
         f"{args.image_size} px; AdamW")
   results = []
   forwarded = [a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("--configs")]

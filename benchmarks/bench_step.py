@@ -29,6 +29,7 @@ What it prints:
                  --warmup untimed ones (each step waited for);
   step time      median, min and max seconds of the timed steps;
   compile time   seconds to trace + lower, and to compile, the step;
+  device memory  on an accelerator, its peak bytes in use (memory_stats);
   peak RSS       the process's peak resident memory (getrusage ru_maxrss) read
                  right after the timed steps: model state, optimizer state,
                  XLA's buffers and the compiler's own peak, plus the Python /
@@ -406,6 +407,9 @@ def main(argv=None) -> None:
   print(f"samples/s: {samples_s:.2f}")
   print(f"peak RSS: {rss / 2**30:.2f} GiB (process, after the timed steps; "
         f"{rss_before / 2**30:.2f} GiB before compiling, {rss_compiled / 2**30:.2f} GiB after)")
+  device_peak = (jax.local_devices()[0].memory_stats() or {}).get("peak_bytes_in_use")
+  if device_peak is not None:  # An accelerator's own memory (the CPU backend keeps no such count).
+    print(f"device memory: peak {device_peak / 2**30:.2f} GiB in use")
   if mem is not None:
     print(f"XLA memory: arguments {mem.argument_size_in_bytes / 2**30:.2f} GiB, outputs "
           f"{mem.output_size_in_bytes / 2**30:.2f} GiB, temporaries {mem.temp_size_in_bytes / 2**30:.2f} GiB, "
@@ -454,6 +458,7 @@ def main(argv=None) -> None:
       "compile_s": round(compile_s, 2), "peak_rss_gib": round(rss / 2**30, 3),
       "rss_before_compile_gib": round(rss_before / 2**30, 3),
       "rss_after_compile_gib": round(rss_compiled / 2**30, 3),
+      "device_peak_gib": round(device_peak / 2**30, 3) if device_peak is not None else None,
       "xla_temp_gib": round(mem.temp_size_in_bytes / 2**30, 3) if mem is not None else None,
       "xla_gflop": round(xla_flops / 1e9, 2), "fwd3_gflop": round(3 * fwd_flops / 1e9, 2),
       "gflops": round(rate / 1e9, 2), "matmul_f32_gflops": round(mm_rate / 1e9, 2),
