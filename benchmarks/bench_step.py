@@ -48,6 +48,10 @@ What it prints:
                  CPU, one after each timed step (round robin: on a shared
                  machine both see the same mix of load), median; or
                  --peak_gflops (a datasheet figure) when given (use it on a GPU).
+                 On a GPU both FLOP counts fall short: XLA leaves its cuDNN
+                 convolutions (custom calls) out of the count, and the
+                 unoptimised forward gave 0 (seen on an H200, jax 0.11.2);
+                 compare samples/s with bench_open_clip.py --device=cuda there;
                  With --dtype=bfloat16 a bf16 matmul is timed too;
   pipeline       samples/s of mural's real tf.data training input
                  (pipeline.build_train_iterator on the built-in synthetic
@@ -427,6 +431,9 @@ def main(argv=None) -> None:
     result_bf16 = {"matmul_bf16_gflops": round(brate / 1e9, 2)}
   peak = args.peak_gflops * 1e9 if args.peak_gflops else mm_rate
   rate = xla_flops / step_s
+  if jax.default_backend() != "cpu":
+    print("note: XLA's cost analysis leaves out convolutions it hands to a library (cuDNN's custom "
+          "calls): the GFLOP and MFU below undercount on this backend")
   print(f"XLA GFLOP/step: {xla_flops / 1e9:.1f} (3 x forward GFLOP: {3 * fwd_flops / 1e9:.1f}); "
         f"achieved {rate / 1e9:.1f} GFLOP/s; MFU {rate / peak:.1%} of "
         f"{'--peak_gflops' if args.peak_gflops else 'the measured matmul'} "
