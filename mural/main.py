@@ -170,7 +170,8 @@ def main(argv):
     if _MODE.value != "plan":
       _fail(2, "--devices: only for --mode=plan")
     _use_fake_cpu_devices(_DEVICES.value)
-  data.hide_accelerators_from_tensorflow()  # First thing once TensorFlow loads.
+  if _MODE.value not in ("describe", "plan"):  # These build the model and step alone: no TensorFlow.
+    data.hide_accelerators_from_tensorflow()  # First thing once TensorFlow loads.
   from mural import describe  # pylint: disable=g-import-not-at-top
   from mural import train  # pylint: disable=g-import-not-at-top
   from mural.state import TrainingError  # pylint: disable=g-import-not-at-top

@@ -153,40 +153,33 @@ def train_step_lowerings():
 _TENSORFLOW_SPY = """
 import sys
 import tensorflow as tf
-calls = []
 original = tf.config.set_visible_devices
 def spy(devices, device_type=None):
-  calls.append((list(devices), device_type))
+  print("SET_VISIBLE_DEVICES", (list(devices), device_type), flush=True)  # Before any os._exit.
   return original(devices, device_type)
 tf.config.set_visible_devices = spy
 module = __import__(sys.argv[1], fromlist=["main"])
 sys.argv = sys.argv[1:]
-code = 0
-try:
-  if sys.argv[0] == "mural.main":
-    module.run()
-  else:
-    from absl import app
-    module._define_flags()
-    app.run(module.main)
-except SystemExit as e:
-  code = e.code if isinstance(e.code, int) else int(e.code is not None)  # A message exits 1.
-print("EXIT", code)
-print("CALLS", calls)
+if sys.argv[0] == "mural.main":
+  module.run()
+else:
+  from absl import app
+  module._define_flags()
+  app.run(module.main)
 """
 
 
-def spy_on_tensorflow(entry: str, *args: str):
-  """Runs entry point `entry` (`python -m entry args`) in a subprocess with
-  tf.config.set_visible_devices spied on, and checks it hid the GPUs from TensorFlow.
-  Returns (exit code, stdout lines, stderr)."""
-  env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
+def spy_on_tensorflow(entry: str, *args: str, **env: str):
+  """Runs entry point `entry` (`python -m entry args`, `env` added to the environment) in a
+  subprocess with tf.config.set_visible_devices spied on, and checks it hid the GPUs from
+  TensorFlow. Returns (exit code, stdout lines, stderr)."""
+  env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3", **env)
   r = subprocess.run([sys.executable, "-c", _TENSORFLOW_SPY, entry, *args], cwd=ROOT, env=env,
                      capture_output=True, text=True, timeout=120)
   lines = r.stdout.strip().splitlines()
-  assert len(lines) >= 2 and lines[-1].startswith("CALLS ") and "([], 'GPU')" in lines[-1], \
-      r.stdout[-2000:] + r.stderr[-2000:]
-  return int(lines[-2].split()[1]), lines[:-2], r.stderr
+  calls = [l for l in lines if l.startswith("SET_VISIBLE_DEVICES ")]
+  assert "([], 'GPU')" in "".join(calls), r.stdout[-2000:] + r.stderr[-2000:]
+  return r.returncode, [l for l in lines if l not in calls], r.stderr
 
 
 def sigterm(batch):

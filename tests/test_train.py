@@ -280,14 +280,16 @@ def test_main_unknown_config_field_is_one_line_exit_2(tmp_path):
   assert "Traceback" not in r.stderr
 
 
-def test_main_missing_data_path_is_a_clear_error(tmp_path):
+def test_main_missing_data_path_is_a_clear_error_and_tensorflow_sees_no_gpu(tmp_path):
+  """One training start for both (each imports TensorFlow: ~8 CPU-s); mural.data.convert's
+  hiding is checked by test_convert's CLI run."""
   missing = tmp_path / "no_such_dir"
-  r = _main("--config=configs/flickr8k.py", f"--workdir={tmp_path / 'w'}",
-            MURAL_FLICKR8K_DIR=str(missing), MURAL_MULTI30K_DIR=str(missing))
-  assert r.returncode == 1, r.stderr[-2000:]
-  last = r.stderr.strip().splitlines()[-1]
+  code, _, stderr = spy_on_tensorflow("mural.main", "--config=configs/flickr8k.py", f"--workdir={tmp_path / 'w'}",
+                                      MURAL_FLICKR8K_DIR=str(missing), MURAL_MULTI30K_DIR=str(missing))
+  assert code == 1, stderr[-2000:]
+  last = stderr.strip().splitlines()[-1]
   assert last.startswith("mural: error: ValueError: ") and str(missing) in last, last
-  assert "Traceback" not in r.stderr
+  assert "Traceback" not in stderr
 
 
 def test_main_unparsable_override_is_one_line_exit_2(tmp_path):
@@ -309,13 +311,15 @@ def test_batch_that_does_not_split_is_a_config_error(tiny_vocab):
     train.build(config)
 
 
-def test_main_describe_prints_json_and_hides_accelerators_from_tensorflow():
-  """One mural.main run for both (each start imports TensorFlow: ~8 CPU-s; mural.data.convert's
-  hiding is checked by test_convert's CLI run)."""
-  code, stdout, stderr = spy_on_tensorflow("mural.main", "--config=configs/tiny.py", "--mode=describe")
-  assert code == 0, stderr[-2000:]
-  counts = json.loads(stdout[-1])
+def test_main_describe_prints_json_without_loading_tensorflow():
+  r = subprocess.run([sys.executable, "-X", "importtime", "-m", "mural.main", "--config=configs/tiny.py",
+                      "--mode=describe"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                     env=dict(os.environ, JAX_PLATFORMS="cpu"))
+  assert r.returncode == 0, r.stderr[-2000:]
+  counts = json.loads(r.stdout.strip().splitlines()[-1])
   assert counts["total"] > 0 and set(counts) >= {"image_tower", "text_encoder", "heads", "total"}
+  loaded = re.findall(r"\| +(\S+)$", r.stderr, re.M)  # -X importtime: one line per module imported.
+  assert "mural.describe" in loaded and "jax" in loaded and "tensorflow" not in loaded, loaded[-20:]
 
 
 @pytest.mark.parametrize("config_text,expected", [
