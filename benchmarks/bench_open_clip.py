@@ -158,7 +158,8 @@ def run_one(args) -> dict:
   mm_rate = 2 * 4096 ** 3 / statistics.median(mm[1:])
   step_s = statistics.median(times)
   return dict(config=args.config, device=args.device, amp=args.amp,
-              device_peak_gib=device_peak / 2**30 if device_peak is not None else None, samples_s=args.batch / step_s, step_s_median=step_s,
+              device_peak_gib=device_peak / 2**30 if device_peak is not None else None,
+              samples_s=args.batch / step_s, step_s_median=step_s,
               step_s_all=[round(t, 4) for t in times], peak_rss_gib=rss / 2**30, gflop=flops / 1e9,
               gflops=flops / step_s / 1e9, torch_matmul_f32_gflops=mm_rate / 1e9, loss=loss,
               threads=torch.get_num_threads(), torch=torch.__version__, open_clip=open_clip.__version__,
@@ -209,7 +210,8 @@ def main(argv=None) -> None:
   load = os.getloadavg()
   print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; open_clip CLIP: timm efficientnet_b0 "
         f"(+ 1280 head conv) -> {args.embed_dim}, text L{args.layers}/W{args.width}/H{args.heads}/"
-        f"MLP{args.mlp}, vocab {args.vocab}, context {args.context}; fp32{' + bf16 autocast' if args.amp == 'bf16' else ''} on {args.device}; batch {args.batch} at "
+        f"MLP{args.mlp}, vocab {args.vocab}, context {args.context}; "
+        f"fp32{' + bf16 autocast' if args.amp == 'bf16' else ''} on {args.device}; batch {args.batch} at "
         f"{args.image_size} px; AdamW")
   results = []
   forwarded = [a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("--configs")]

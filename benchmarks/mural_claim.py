@@ -1,6 +1,6 @@
 """MURAL's claim on one machine: translation pairs lift a language scarce in image-caption pairs.
 
-    python benchmarks/mural_claim.py --workdir=/tmp/mural_claim [--steps=N] [--scarce=sw]
+    python benchmarks/mural_claim.py --workdir=/tmp/mural_claim [--steps=N] [--scarce=sw] [--set=FIELD=VALUE ...]
 
 Three runs of configs/demo.py on the built-in data, identical but for the
 text-text task (mural/data/synthetic.py's docstring has the recipe):
@@ -56,6 +56,8 @@ def main():
   parser.add_argument("--scarce", default="sw", help="the language made scarce in image-caption pairs")
   parser.add_argument("--scarce_pairs", type=int, default=200)
   parser.add_argument("--pivot", default="en")
+  parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                      help="a config override for all three runs, e.g. --set=tasks.i2t.learning_rate=5e-3")
   parser.add_argument("--seed", type=int, default=None, help="config.seed (model init and order); "
                       "default: the demo's. Runs vary a lot with it: compare several.")
   args = parser.parse_args()
@@ -73,6 +75,7 @@ def main():
   scarce = [f"--config.data.synthetic.pairs_per_language={{'{args.scarce}': {args.scarce_pairs}}}"]
   if args.seed is not None:
     scarce.append(f"--config.seed={args.seed}")
+  scarce += [f"--config.{field_value}" for field_value in args.set]
   variants = {
       "mural": scarce,
       "align": scarce + ["--config.tasks.t2t.weight=0"],
@@ -86,7 +89,7 @@ def main():
 
   order = ("align", "mural", "control")
   print(f"\nmR on held-out scenes after {steps} steps ({args.scarce}: {args.scarce_pairs} image-caption "
-        f"pairs, others {demo.data.synthetic.default_pairs}):")
+        f"pairs, others {demo.data.synthetic.default_pairs}{'; ' + ', '.join(args.set) if args.set else ''}):")
   print(f"{'lang':<6}" + "".join(f"{n:>9}" for n in order) + f"{'mural-align':>13}{'control-align':>15}")
   for lang in sorted(languages):
     mr = {n: results[n][f"{lang}/mR"] for n in order}
