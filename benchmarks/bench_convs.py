@@ -65,7 +65,8 @@ def cpu_name() -> str:
 
 def main(argv=None) -> None:
   from mural import host_memory  # pylint: disable=g-import-not-at-top
-  host_memory.reexec()  # As mural.main: huge pages for XLA's temporaries (GLIBC_TUNABLES=...hugetlb=0: off).
+  host_memory.prefer_memory_saving_schedule()  # As mural.main (XLA_FLAGS=...concurrency_optimized_scheduler=true: off),
+  host_memory.reexec()  # and huge pages for XLA's temporaries (GLIBC_TUNABLES=...hugetlb=0: off).
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--batch", type=int, default=128, help="depthwise/pointwise batch")
   p.add_argument("--size", type=int, default=64, help="depthwise/pointwise height = width")

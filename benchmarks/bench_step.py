@@ -337,7 +337,8 @@ def profile_step(compiled, state, batch, directory, top):
 
 def main(argv=None) -> None:
   from mural import host_memory  # pylint: disable=g-import-not-at-top
-  host_memory.reexec()  # As mural.main: huge pages for XLA's temporaries (GLIBC_TUNABLES=...hugetlb=0: off).
+  host_memory.prefer_memory_saving_schedule()  # As mural.main (XLA_FLAGS=...concurrency_optimized_scheduler=true: off),
+  host_memory.reexec()  # and huge pages for XLA's temporaries (GLIBC_TUNABLES=...hugetlb=0: off).
   args = parse_args(argv)
   if args.profile and "xla_cpu_enable_xprof_traceme" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +

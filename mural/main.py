@@ -249,7 +249,8 @@ def _raised_in_config_file(e: BaseException) -> bool:
 
 def run():
   """Console-script entry point (setup.py: mural=mural.main:run)."""
-  host_memory.reexec()  # Huge pages for XLA's CPU temporaries (mural/host_memory.py); once.
+  host_memory.prefer_memory_saving_schedule()  # XLA's CPU temporaries: fewer live at once,
+  host_memory.reexec()  # and on huge pages (mural/host_memory.py); once.
   app.run(main, flags_parser=_parse_flags)
 
 

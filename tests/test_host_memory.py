@@ -109,3 +109,41 @@ def test_release_freed_memory_hands_free_heap_back():
                        timeout=120, check=True).stdout.split()
   held, after = int(out[0]), int(out[1])
   assert held - after > 200 << 20, (held, after)  # Most of the 256 MiB freed.
+
+
+@pytest.mark.parametrize("flags, want", [
+    ("", f"{host_memory.SCHEDULER_FLAG}=false"),
+    ("--xla_dump_to=/tmp/d", f"--xla_dump_to=/tmp/d {host_memory.SCHEDULER_FLAG}=false"),
+    (f"{host_memory.SCHEDULER_FLAG}=true", f"{host_memory.SCHEDULER_FLAG}=true"),  # The user's choice.
+])
+def test_with_memory_saving_schedule(flags, want):
+  assert host_memory.with_memory_saving_schedule(flags) == want
+
+
+_BRANCHES = """
+import sys
+import jax, jax.numpy as jnp
+from mural import host_memory
+if sys.argv[1] == "ours":
+  host_memory.prefer_memory_saving_schedule()
+def branch(x, ws):
+  for w in ws:
+    x = jnp.tanh(x @ w)
+  return x
+def loss(ws, x):  # Four independent chains: run together, their activations are live together.
+  return sum(jnp.sum(branch(x[b], ws[b]) ** 2) for b in range(4))
+grad = jax.jit(jax.grad(loss)).lower(jax.ShapeDtypeStruct((4, 6, 256, 256), jnp.float32),
+                                     jax.ShapeDtypeStruct((4, 256, 256), jnp.float32)).compile()
+print(grad.memory_analysis().temp_size_in_bytes)
+"""
+
+
+def test_memory_saving_schedule_holds_fewer_temporaries():
+  temps = {}
+  for which, flag in (("ours", ""), ("xla", f" {host_memory.SCHEDULER_FLAG}=true")):
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=os.environ.get("XLA_FLAGS", "") + flag)
+    r = subprocess.run([sys.executable, "-c", _BRANCHES, which], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    temps[which] = int(r.stdout.split()[-1])
+  assert temps["ours"] < temps["xla"], temps
