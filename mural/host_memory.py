@@ -28,8 +28,9 @@ ops for parallel execution and keeps more buffers live at once; XLA's default
 scheduler orders them for the least live memory. bench_step.py on a 2-core AMD
 EPYC: temporaries 4.24 -> 3.28 GiB, peak RSS 5.72 -> 4.73 GiB, for perhaps 5%
 of speed (median samples/s 19.3 against 20.2, within this machine's spread;
-the demo 4 min 15 s against 4 min 13 s). The README's Benchmarks section has the runs. `XLA_FLAGS=
---xla_cpu_enable_concurrency_optimized_scheduler=true` keeps XLA's choice.
+the demo 4 min 15 s against 4 min 13 s; the README's Benchmarks section has
+the runs). XLA_FLAGS=--xla_cpu_enable_concurrency_optimized_scheduler=true
+keeps XLA's choice.
 """
 
 import ctypes
