@@ -201,6 +201,10 @@ def main(argv=None) -> None:
   if missing:
     print(f"missing module(s) {', '.join(missing)} in {sys.executable}.\n{SETUP_HINT}", file=sys.stderr)
     sys.exit(2)
+  if args.device.startswith("cuda") and not args.config:
+    import torch  # pylint: disable=g-import-not-at-top
+    if not torch.cuda.is_available():
+      sys.exit(f"--device={args.device}: this torch ({torch.__version__}) sees no CUDA device")
   if args.config:
     r = run_one(args)
     print_one(r)
