@@ -3,6 +3,7 @@
 #
 #   OUT=/tmp/gpu_bench bash benchmarks/gpu_bench.sh        # needs jax[cuda], torch, open_clip_torch, timm
 #   BUDGET=600 PER_RUN=240 bash benchmarks/gpu_bench.sh    # seconds in all / per run (defaults)
+#   RUNS="mural_bf16 mural_f32_fast_fused" bash benchmarks/gpu_bench.sh   # only these runs
 #
 # Runs, in order, each skipped when less than PER_RUN seconds of BUDGET are left:
 # bench_step.py with the GPU's `auto` implementations (XLA's convolutions, flax batch
@@ -22,6 +23,7 @@ $PY -c "import jax; print('jax', jax.__version__, jax.devices())"
 
 run() {  # name, script, args...
   local name=$1 script=$2; shift 2
+  if [ -n "${RUNS:-}" ] && [[ " $RUNS " != *" $name "* ]]; then return; fi
   if [ $((BUDGET - SECONDS)) -lt "$PER_RUN" ]; then echo "=== $name: skipped ($((BUDGET - SECONDS)) s left)"; return; fi
   echo "=== $name (at $SECONDS s): $script $*"
   timeout "$PER_RUN" $PY "benchmarks/$script" --warmup=3 --steps="${STEPS:-20}" "$@" > "$OUT/$name.tmp" 2>&1
