@@ -106,7 +106,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.vocab_path = ""  # Existing wordpiece vocab; empty: learned from the tasks' training text.
   # Index space of batch['lang'] and of the eval sets; records in any other
   # language (or none) are skipped and counted as 'unknown_language'.
-  c.data.languages = ["en", "de", "fr", "cs", "ru", "ja", "hi", "sw", "am", "zh", "ar"]
+  c.data.languages = ("en", "de", "fr", "cs", "ru", "ja", "hi", "sw", "am", "zh", "ar")
   # Within each source, language l is drawn with p_l ∝ n_l^(1/T) (n_l: its
   # records on this process; t2t: per language pair). 1: natural mix; >1 flattens.
   c.data.language_sampling_temperature = 1.0
@@ -132,16 +132,16 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.synthetic = ml_collections.ConfigDict()
   c.data.synthetic.seed = 0  # Dataset seed; apart from `seed`, so model seeds share the data.
   # Any of mural.data.synthetic.LANGUAGES: en de fr cs ru ja hi sw am.
-  c.data.synthetic.languages = ["en", "de", "fr", "cs", "ru", "ja", "hi", "sw"]
+  c.data.synthetic.languages = ("en", "de", "fr", "cs", "ru", "ja", "hi", "sw")
   # Image-caption pairs per language (training); a language missing here gets
   # `default_pairs`. Scarce languages are how MURAL's claim is tested.
   c.data.synthetic.pairs_per_language = ml_collections.ConfigDict()
   c.data.synthetic.default_pairs = 20_000
   c.data.synthetic.translation_pairs = 20_000  # Per language pair, independent of the above.
   # Translation pairs are (pivot, x) for every other language x; a non-empty
-  # translation_pair_list ("en-de", ...) replaces them; "" and []: none.
+  # translation_pair_list ("en-de", ...) replaces them; "" and (): none.
   c.data.synthetic.translation_pivot = "en"
-  c.data.synthetic.translation_pair_list = []
+  c.data.synthetic.translation_pair_list = ()
   # Per-pair override of translation_pairs, e.g. {"en-sw": 0} for a control run.
   c.data.synthetic.translation_pairs_per_pair = ml_collections.ConfigDict()
   # True: no parallel text in training (Globetrotter): opening the translation pairs for training

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from conftest import ROOT
 from conftest import load_config
 from mural import config_lib
 from mural import describe
@@ -64,3 +65,22 @@ def test_config_errors_are_one_line():
   config.model.image.width_coefficient = -1.0
   with pytest.raises(config_lib.ConfigError, match=r"^config\.model\.image\.width_coefficient: "):
     describe.describe(config)
+
+
+def test_language_lists_can_be_overridden_on_the_command_line():
+  """config_flags overrides tuples, not lists: the fields a run sets per language are tuples."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
+  from mural.data import synthetic  # pylint: disable=g-import-not-at-top
+  argv = ["mural", f"--config={ROOT / 'configs' / 'demo.py'}",
+          "--config.data.languages=('en', 'de', 'sw')",
+          "--config.data.synthetic.languages=('en', 'de', 'sw')",
+          "--config.data.synthetic.translation_pair_list=('en-sw', 'de-sw')"]
+  flag_values = flags.FlagValues()
+  config_flags.DEFINE_config_file("config", None, "", flag_values=flag_values, lock_config=True, sys_argv=argv)
+  flag_values(argv)
+  config = flag_values.config
+  assert config.data.languages == ("en", "de", "sw")
+  settings = synthetic.Settings.from_config(config)  # Validates them together.
+  assert tuple(settings.languages) == ("en", "de", "sw")
+  assert config.data.synthetic.translation_pair_list == ("en-sw", "de-sw")
