@@ -34,7 +34,8 @@ What it prints:
                  right after the timed steps: model state, optimizer state,
                  XLA's buffers and the compiler's own peak, plus the Python /
                  JAX runtime (TensorFlow is not loaded yet; the input pipeline
-                 runs after this is read). XLA's own figures (memory_analysis:
+                 runs after this is read, and the FLOP analyses below, which
+                 trace the model again, too). XLA's own figures (memory_analysis:
                  arguments, outputs, temporaries) are printed beside it;
   XLA GFLOP      FLOPs of one step by XLA's cost analysis of the compiled step
                  (compiled.cost_analysis()['flops']). Caveats: a loop body is
@@ -389,11 +390,6 @@ def main(argv=None) -> None:
   rss_compiled = peak_rss_bytes()
   host_memory.release_freed_memory()  # As train_and_evaluate does once its step is compiled.
   lower_s, compile_s = t1 - t0, t2 - t1
-  xla_flops = cost_flops(compiled)
-  mem = compiled.memory_analysis()
-  # Cross-check: 3 x the forward (+ losses) FLOPs, from the unoptimised HLO (no compile).
-  fwd = jax.jit(lambda p, bs, b, r: system_lib.task_losses(setup.model, setup.tasks, p, bs, b, r)[0])
-  fwd_flops = cost_flops(fwd.lower(state.params, state.batch_stats, batch, jax.random.key(0)))
   print(f"params: {n_params / 1e6:.2f} M; trace + lower {lower_s:.1f} s, compile {compile_s:.1f} s")
 
   # ---- Timed steps, each followed by a timed matmul (the peak). --------------
@@ -412,6 +408,12 @@ def main(argv=None) -> None:
     for k, timed in matmuls.items():
       mm_times[k].append(timed())
   rss = peak_rss_bytes()
+  # The analyses after the peak is read, so that their traces are not counted in it.
+  xla_flops = cost_flops(compiled)
+  mem = compiled.memory_analysis()
+  # Cross-check: 3 x the forward (+ losses) FLOPs, from the unoptimised HLO (no compile).
+  fwd = jax.jit(lambda p, bs, b, r: system_lib.task_losses(setup.model, setup.tasks, p, bs, b, r)[0])
+  fwd_flops = cost_flops(fwd.lower(state.params, state.batch_stats, batch, jax.random.key(0)))
   loss = float(metrics["loss"])
   step_s = statistics.median(times)
   samples_s = args.batch / step_s

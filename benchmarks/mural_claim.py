@@ -1,6 +1,7 @@
 """MURAL's claim on one machine: translation pairs lift a language scarce in image-caption pairs.
 
-    python benchmarks/mural_claim.py --workdir=/tmp/mural_claim [--steps=N] [--scarce=sw] [--set=FIELD=VALUE ...]
+    python benchmarks/mural_claim.py --workdir=/tmp/mural_claim [--steps=N] [--scarce=sw]
+        [--languages=en,de,sw] [--set=FIELD=VALUE ...]
 
 Three runs of configs/demo.py on the built-in data, identical but for the
 text-text task (mural/data/synthetic.py's docstring has the recipe):
