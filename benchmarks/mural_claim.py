@@ -70,7 +70,14 @@ def main():
   from mural import config_lib  # pylint: disable=g-import-not-at-top
   demo = config_lib.from_file(ROOT / "configs" / "demo.py")
   steps = args.steps
-  languages = args.languages.split(",") if args.languages else list(demo.data.synthetic.languages)
+  languages = ([l.strip() for l in args.languages.split(",")] if args.languages
+               else list(demo.data.synthetic.languages))
+  from mural.data import synthetic  # pylint: disable=g-import-not-at-top
+  demo.data.synthetic.languages = tuple(languages)
+  try:  # A bad --languages is one line here, not three failed runs.
+    synthetic.Settings.from_config(demo)
+  except config_lib.ConfigError as e:
+    sys.exit(f"mural_claim: --languages: {e}")
   if args.scarce not in languages or args.pivot not in languages or args.scarce == args.pivot:
     sys.exit(f"mural_claim: --scarce and --pivot must be two of the languages {languages}")
   workdir = pathlib.Path(args.workdir)
