@@ -104,17 +104,15 @@ def _init_distributed(config, workdir: str):
   """
   if not _multi_process():
     return
-  import jax  # pylint: disable=g-import-not-at-top
+  from mural import distributed  # pylint: disable=g-import-not-at-top
   from mural import system  # pylint: disable=g-import-not-at-top
   from mural.data import vocab  # pylint: disable=g-import-not-at-top
   if _PROCESS_ID.value == 0 and _MODE.value == "train" and not config.data.vocab_path:
     tasks = system.active_tasks(systems.get(config), config)
     vocab.learn(config, tasks, workdir)
-  # CPU processes exchange collectives over gloo (TCP); ignored on GPU/TPU.
-  jax.config.update("jax_cpu_collectives_implementation", "gloo")
-  jax.distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
-                             initialization_timeout=_DISTRIBUTED_TIMEOUT.value,
-                             heartbeat_timeout_seconds=_HEARTBEAT_TIMEOUT.value)
+  distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
+                         initialization_timeout=_DISTRIBUTED_TIMEOUT.value,
+                         heartbeat_timeout_seconds=_HEARTBEAT_TIMEOUT.value)
   global _DISTRIBUTED
   _DISTRIBUTED = True
 

@@ -84,8 +84,8 @@ def _worker():
   parser.add_argument("--process_id", type=int)
   a = parser.parse_args()
   import jax
-  jax.config.update("jax_cpu_collectives_implementation", "gloo")
-  jax.distributed.initialize(a.coordinator_address, a.num_processes, a.process_id)
+  from mural import distributed
+  distributed.initialize(a.coordinator_address, a.num_processes, a.process_id)
   from mural import train
   from mural.data import pipeline
   from mural.data import vocab
