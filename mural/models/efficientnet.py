@@ -227,54 +227,34 @@ def _depthwise_fwd(x, kernel, stride):
   return _depthwise_forward(x, kernel, stride), (x, kernel)
 
 
-def _shifted(g, dh: int, dw: int, out_h: int, out_w: int):
-  """out[b, a, c] = g[b, a + dh, c + dw] where that is inside g, else 0: [B, out_h, out_w, C]."""
-  b, height, width, c = g.shape
-  h0, h1 = max(0, -dh), min(out_h, height - dh)
-  w0, w1 = max(0, -dw), min(out_w, width - dw)
-  if h0 >= h1 or w0 >= w1:
-    return jnp.zeros((b, out_h, out_w, c), g.dtype)
-  inside = lax.slice(g, (0, h0 + dh, w0 + dw, 0), (b, h1 + dh, w1 + dw, c))
-  return jnp.pad(inside, ((0, 0), (h0, out_h - h1), (w0, out_w - w1), (0, 0)))
-
-
 def _depthwise_input_grad(g, kernel, stride: int, height: int, width: int):
-  """The transpose of the forward in x, for g [B, H', W', C] -> [B, height, width, C].
+  """The transpose of the forward in x: g [B, H', W', C] -> dx [B, height, width, C].
 
-  Stride 1, odd k (padding k // 2 on every side): the forward with the kernel
-  flipped. Strided: one dense sum of shifted g per phase (dx[:, p::s, q::s]
-  gets exactly the taps i, j with i - top = p, j - left = q mod s), the phases
-  interleaved. jax.linear_transpose of the forward, used otherwise, gives pads
-  (with interior zeros when strided) that XLA's CPU back end evaluates element
-  by element per tap, with the producer of g recomputed per tap (3-10x slower
-  at [128, 64, 64, 96]; benchmarks/bench_step.py --profile).
+  dx[u, v] = sum_ij up[u + i, v + j] * kernel[k-1-i, k-1-j]: g spread onto the
+  input grid (stride - 1 zeros between its rows and columns) and padded, then
+  the k * k dense shifted multiply-adds of the forward with the kernel
+  flipped. jax.linear_transpose of the forward gives instead one pad of g per
+  tap, which XLA's CPU back end evaluates element by element with g's producer
+  recomputed in each (3-10x slower at [128, 64, 64, 96]; bench_step.py --profile).
   """
   k = kernel.shape[0]
-  if stride == 1 and k % 2:
-    return _depthwise_forward(g, kernel[::-1, ::-1], 1)
-  if stride == 1:
-    x = jax.ShapeDtypeStruct(g.shape[:1] + (height, width) + g.shape[3:], g.dtype)
-    return jax.linear_transpose(lambda x: _depthwise_forward(x, kernel, stride), x)(g)[0]
   acc = _accumulator(g.dtype)
+  b, rows, cols, c = g.shape
   (top, _), (left, _) = same_padding(height, k, stride), same_padding(width, k, stride)
-  rows, cols = -(-height // stride), -(-width // stride)  # Of the largest phase, p = q = 0.
-  phases = []
-  for p in range(stride):
-    for q in range(stride):
-      total = jnp.zeros(g.shape[:1] + (rows, cols) + g.shape[3:], acc)
-      for i in range(k):
-        if (i - top - p) % stride:
-          continue
-        for j in range(k):
-          if (j - left - q) % stride:
-            continue
-          tap = _shifted(g, (p + top - i) // stride, (q + left - j) // stride, rows, cols)
-          total = total + tap.astype(acc) * kernel[i, j, 0].astype(acc)
-      phases.append(total)
-  b, c = g.shape[0], g.shape[-1]
-  dx = jnp.stack(phases, axis=3).reshape(b, rows, cols, stride, stride, c)
-  dx = dx.transpose(0, 1, 3, 2, 4, 5).reshape(b, rows * stride, cols * stride, c)
-  return dx[:, :height, :width].astype(g.dtype)
+  # Forward: y[h] = sum_i x[stride * h + i - top] * kernel[i]; so dx[u] gets g[h] * kernel[i]
+  # for u = stride * h + i - top, i.e. up[u + k - 1 - i] with up[stride * h + k - 1 - top] = g[h].
+  up = lax.pad(g, jnp.zeros((), g.dtype),
+               ((0, 0, 0),
+                (k - 1 - top, height - 1 + top - stride * (rows - 1), stride - 1),
+                (k - 1 - left, width - 1 + left - stride * (cols - 1), stride - 1),
+                (0, 0, 0)))
+  dx = None
+  for i in range(k):
+    for j in range(k):
+      tap = lax.slice(up, (0, i, j, 0), (b, i + height, j + width, c))
+      term = tap.astype(acc) * kernel[k - 1 - i, k - 1 - j, 0].astype(acc)
+      dx = term if dx is None else dx + term
+  return dx.astype(g.dtype)
 
 
 def _depthwise_bwd(stride, residuals, g):
