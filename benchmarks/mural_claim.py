@@ -53,7 +53,7 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--workdir", default="/tmp/mural_claim")
   parser.add_argument("--steps", type=int, default=1200,
-                      help="steps per run (the README's tables: 1200, the demo's length until it became 1000)")
+                      help="steps per run (the README's tables: 1200, the demo's length)")
   parser.add_argument("--scarce", default="sw", help="the language made scarce in image-caption pairs")
   parser.add_argument("--scarce_pairs", type=int, default=200)
   parser.add_argument("--pivot", default="en")
