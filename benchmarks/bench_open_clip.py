@@ -46,9 +46,13 @@ What it prints, per configuration (the same figures as bench_step.py):
   GFLOP/step     torch.utils.flop_counter's count of one step (convs and matmuls,
                  forward + backward), measured after the timed steps, and GFLOP/s.
                  Not comparable with bench_step.py's XLA figure: at the defaults
-                 it counts 1423 GFLOP against XLA's 188 for the same towers (3 x
-                 the forward is about 180-190 either way), apparently counting
-                 the depthwise kernel gradients as dense convs;
+                 it counts 1423 GFLOP against XLA's 190 for the same towers (3 x
+                 the forward is about 180-190 either way). The counter (torch
+                 2.13) counts one of a depthwise conv's two backward convs as a
+                 dense conv (C times its FLOPs): one 3x3 depthwise conv at
+                 [8, 96, 32, 32] counts 14.2 MFLOP forward (right) and 1387
+                 forward + backward, against 3 x 14.2 = 42.5 (32.7x = (1 + 1 +
+                 96) / 3). So the GFLOP/s column is not arithmetic done;
   torch matmul   GFLOP/s of an f32 [4096]^2 torch.mm (median of --matmul_repeats);
 then a table of all configurations and one JSON line with every figure.
 """

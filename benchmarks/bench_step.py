@@ -10,6 +10,7 @@ on random inputs. Nothing of the step is re-implemented here.
   .venv/bin/python benchmarks/bench_step.py --norm_impl=flax     # nn.BatchNorm + nn.swish, autodiff'd
   .venv/bin/python benchmarks/bench_step.py --dtype=bfloat16     # bf16 compute (params stay f32)
   .venv/bin/python benchmarks/bench_step.py --remat=full         # recompute each block in the backward
+  .venv/bin/python benchmarks/bench_step.py --no_dropout         # no dropout, as bench_open_clip.py's towers
   XLA_FLAGS=--xla_cpu_use_onednn=true .venv/bin/python benchmarks/bench_step.py   # XLA CPU options
   GLIBC_TUNABLES=glibc.malloc.hugetlb=0 .venv/bin/python benchmarks/bench_step.py  # without huge pages
   .venv/bin/python benchmarks/bench_step.py --profile=/tmp/step_trace   # + per-op time of one step
@@ -43,7 +44,9 @@ What it prints:
                  over batch chunks: undercounted), and the 'xla' depthwise
                  kernel gradient is counted as the dense conv XLA runs for it;
                  '3 x forward GFLOP' (cost analysis of the step's forward and
-                 losses before optimisation, times 3) is printed as a cross-check;
+                 losses before optimisation, times 3) is printed as a cross-check.
+                 Both count dropout's random bits (threefry's integer ops) as
+                 FLOPs: at the defaults 189.8 GFLOP, 172.6 with --no_dropout;
   GFLOP/s, MFU   XLA GFLOP / median step time, and its ratio to the peak: an f32
                  [4096, 4096] @ [4096, 4096] jnp.dot timed in this same run on
                  CPU, one after each timed step (round robin: on a shared
@@ -94,6 +97,9 @@ def parse_args(argv):
   p.add_argument("--width", type=float, default=None, help="width coefficient (default: the variant's)")
   p.add_argument("--depth", type=float, default=None, help="depth coefficient (default: the variant's)")
   p.add_argument("--no_head_conv", action="store_true", help="drop the 1x1 head conv (ALIGN's choice)")
+  p.add_argument("--no_dropout", action="store_true",
+                 help="no dropout or drop-connect in either tower, as bench_open_clip.py's towers "
+                      "(open_clip's and timm's defaults); default: the config's (BERT's 0.1, B0's 0.2)")
   p.add_argument("--embed_dim", type=int, default=256, help="image and text projection heads' width")
   p.add_argument("--text_layers", type=int, default=4)
   p.add_argument("--text_hidden", type=int, default=256)
@@ -133,6 +139,8 @@ def make_config(args):
   im.conv_impl = args.conv_impl
   im.norm_impl = args.norm_impl
   im.remat = c.model.text.remat = args.remat
+  if args.no_dropout:
+    im.dropout_rate = im.stochastic_depth_rate = c.model.text.dropout_rate = 0.0
   t = c.model.text
   t.vocab_size, t.token_embed_dim, t.hidden_dim = args.vocab, args.text_hidden, args.text_hidden
   t.num_layers, t.num_heads, t.mlp_dim, t.max_len = (args.text_layers, args.text_heads,
@@ -151,6 +159,10 @@ def make_config(args):
   c.total_steps = 1_000_000
   config_lib.validate(c)
   return c
+
+
+def dropout_text(rate) -> str:
+  return "the variant's" if rate is None else str(rate)
 
 
 def random_batch(setup, config, seed=0):
@@ -372,7 +384,9 @@ def main(argv=None) -> None:
         f"{args.depth or 'variant'}, conv_impl {args.conv_impl} -> {impl}, norm_impl {args.norm_impl} -> {norm}) -> {args.embed_dim}; BERT "
         f"L{args.text_layers}/H{args.text_hidden}/A{args.text_heads}/MLP{args.text_mlp}, vocab "
         f"{args.vocab}, {args.text_len} tokens -> {args.embed_dim}; {args.dtype}; batch {args.batch} at "
-        f"{args.image_size}x{args.image_size} px; {args.optimizer}")
+        f"{args.image_size}x{args.image_size} px; {args.optimizer}; dropout: text "
+        f"{config.model.text.dropout_rate}, image head {dropout_text(config.model.image.dropout_rate)}, "
+        f"drop-connect {config.model.image.stochastic_depth_rate}")
 
   # ---- The production step, built as train_and_evaluate builds it. --------
   setup = train.build(config)
@@ -470,7 +484,7 @@ def main(argv=None) -> None:
       "image_size": args.image_size, "batch": args.batch, "variant": args.variant,
       "head_conv": not args.no_head_conv, "text": [args.text_layers, args.text_hidden, args.text_heads,
                                                     args.text_mlp, args.vocab, args.text_len],
-      "dtype": args.dtype, "conv_impl": impl, "norm_impl": norm, "optimizer": args.optimizer, "params_m": round(n_params / 1e6, 3),
+      "dtype": args.dtype, "conv_impl": impl, "norm_impl": norm, "optimizer": args.optimizer, "no_dropout": args.no_dropout, "params_m": round(n_params / 1e6, 3),
       "samples_s": round(samples_s, 3), "step_s_median": round(step_s, 4),
       "step_s_all": [round(t, 4) for t in times], "lower_s": round(lower_s, 2),
       "compile_s": round(compile_s, 2), "peak_rss_gib": round(rss / 2**30, 3),
