@@ -166,10 +166,6 @@ def make_config(args):
   return c
 
 
-def dropout_text(rate) -> str:
-  return "the variant's" if rate is None else str(rate)
-
-
 def random_batch(setup, config, seed=0):
   """Random device batch of the step's layout: N(0, 1) pixels, random ids and lengths."""
   import jax  # pylint: disable=g-import-not-at-top
@@ -384,13 +380,15 @@ def main(argv=None) -> None:
         f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}, GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES', '')!r}")
   impl = efficientnet.resolve_conv_impl(args.conv_impl)
   norm = efficientnet.resolve_norm_impl(args.norm_impl)
+  head_dropout = config.model.image.dropout_rate  # None: the variant's own rate.
+  head_dropout = "the variant's" if head_dropout is None else head_dropout
   print(f"step: ALIGN, EfficientNet-{args.variant.upper()}"
         f"{'' if args.no_head_conv else ' + head conv'} (width {args.width or 'variant'}, depth "
         f"{args.depth or 'variant'}, conv_impl {args.conv_impl} -> {impl}, norm_impl {args.norm_impl} -> {norm}) -> {args.embed_dim}; BERT "
         f"L{args.text_layers}/H{args.text_hidden}/A{args.text_heads}/MLP{args.text_mlp}, vocab "
         f"{args.vocab}, {args.text_len} tokens -> {args.embed_dim}; {args.dtype}; batch {args.batch} at "
         f"{args.image_size}x{args.image_size} px; {args.optimizer}; dropout: text "
-        f"{config.model.text.dropout_rate}, image head {dropout_text(config.model.image.dropout_rate)}, "
+        f"{config.model.text.dropout_rate}, image head {head_dropout}, "
         f"drop-connect {config.model.image.stochastic_depth_rate}")
 
   # ---- The production step, built as train_and_evaluate builds it. --------
