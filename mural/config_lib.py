@@ -201,7 +201,9 @@ def base_config() -> ml_collections.ConfigDict:
   # and shape are loaded, the rest initialised as usual; the log lists both.
   # Reuse the source's vocab too (data.vocab_path = <export>/vocab.txt).
   c.init_from = ""
-  c.init_from_parts = "towers"  # towers (image and text towers) | all (also heads, temperature).
+  # towers (image and text towers) | all (also heads, temperature) | top-level groups,
+  # comma-separated: e.g. image_tower (mural/warm_start.py).
+  c.init_from_parts = "towers"
   return c
 
 
@@ -331,8 +333,10 @@ def validate(c: ml_collections.ConfigDict) -> None:
            f"{o.warmup_steps} must be below total_steps {c.total_steps}")
   for name in ("log_every_steps", "checkpoint_every_steps", "keep_checkpoints", "eval_batch_size"):
     _require(isinstance(c[name], int) and c[name] >= 1, name, f"must be an int >= 1, got {c[name]!r}")
-  _require(c.init_from_parts in ("towers", "all"), "init_from_parts",
-           f"{c.init_from_parts!r} not in ('towers', 'all')")
+  _require(isinstance(c.init_from_parts, str) and all(
+      p.strip().isidentifier() for p in c.init_from_parts.split(",")), "init_from_parts",
+           f"{c.init_from_parts!r}: 'towers', 'all' or comma-separated parameter groups "
+           "(e.g. 'image_tower')")
   _require(isinstance(c.eval_every_steps, int) and c.eval_every_steps >= 0, "eval_every_steps",
            f"must be an int >= 0, got {c.eval_every_steps!r}")
   es = c.early_stopping

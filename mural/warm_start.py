@@ -3,14 +3,16 @@
 `config.init_from` names the source (mural/export.py reads either);
 `config.init_from_parts` says what to take: 'towers' (the common case: a new
 head on pretrained towers; every top-level parameter group named '*_tower',
-with its batch statistics) or 'all'. An array is loaded when the source has
+with its batch statistics), 'all', or a comma-separated list of top-level
+groups such as 'image_tower' (one pretrained tower, the other trained from
+scratch) or 'text_tower,i2t_head'. An array is loaded when the source has
 one of the same name and shape; everything else keeps its fresh
 initialisation. The log says what was loaded and what was not, so a renamed
 head or a resized table is never silently left untrained or dropped. The
 optimizer state and the step start from zero.
 """
 
-from typing import Any, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import jax
 import numpy as np
@@ -19,8 +21,17 @@ from absl import logging
 from mural import export
 
 
-def _take(name: str, parts: str) -> bool:
-  return parts == "all" or name.split("/", 1)[0].endswith("_tower")
+def _taker(parts: str, groups) -> Callable[[str], bool]:
+  """name -> whether `parts` takes it; a named group the model lacks is an error, not a no-op."""
+  if parts == "all":
+    return lambda name: True
+  if parts == "towers":
+    return lambda name: name.split("/", 1)[0].endswith("_tower")
+  named = {p.strip() for p in parts.split(",")}
+  if named - set(groups):
+    raise ValueError(f"config.init_from_parts: {sorted(named - set(groups))} not among this "
+                     f"model's parameter groups {sorted(groups)}")
+  return lambda name: name.split("/", 1)[0] in named
 
 
 def _summary(names: List[str], limit: int = 8) -> str:
@@ -39,6 +50,7 @@ def load_into(state, config) -> Tuple[Any, Dict[str, List[str]]]:
   """
   source, step = export.read_variables(config.init_from)
   parts = config.init_from_parts
+  take = _taker(parts, state.params.keys())
   report = {"loaded": [], "initialised": [], "unused": []}
   new = {}
   for collection in ("params", "batch_stats"):
@@ -48,7 +60,7 @@ def load_into(state, config) -> Tuple[Any, Dict[str, List[str]]]:
       name = "/".join(str(getattr(k, "key", k)) for k in path)
       full = f"{collection}/{name}"
       value = have.get(name)
-      if not _take(name, parts) or value is None:
+      if not take(name) or value is None:
         report["initialised"].append(full)
         return leaf
       if tuple(np.shape(value)) != tuple(leaf.shape):

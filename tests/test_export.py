@@ -253,7 +253,8 @@ def test_embed_index_search_reproduce_the_evaluators_recalls(trained, tmp_path, 
 
 def test_warm_start_first_loss_is_the_trained_models(trained, tmp_path):
   """A run started from the export (all parts) computes, at step 1, the trained model's loss on
-  its batch; a towers-only start loads the towers and leaves the heads as initialised."""
+  its batch; a towers-only start loads the towers and leaves the heads as initialised, and an
+  'image_tower' start the image tower alone."""
   config = tiny_config(trained.config.data.vocab_path, **OVERRIDES, init_from=trained.export_dir,
                        init_from_parts="all")
   setup = trained.setup
@@ -287,6 +288,18 @@ def test_warm_start_first_loss_is_the_trained_models(trained, tmp_path):
   for name, value in got.items():
     np.testing.assert_array_equal(value, source[name] if name.endswith("_tower") or "_tower/" in name
                                   else initial[name])
+  # One named tower: the image tower from the export, the text tower as it was.
+  config.init_from_parts = "image_tower"
+  state, report = warm_start.load_into(jax.device_put(fresh), config)
+  assert report["loaded"] and {n.split("/")[1] for n in report["loaded"]} == {"image_tower"}
+  got = export.flat(jax.device_get(state.params))
+  for name, value in got.items():
+    np.testing.assert_array_equal(value, source[name] if name.startswith("image_tower/")
+                                  else initial[name])
+  config.init_from_parts = "image_tower,vision_tower"
+  with pytest.raises(ValueError, match=r"\['vision_tower'\] not among this model's parameter groups"):
+    warm_start.load_into(state, config)
+  config.init_from_parts = "towers"
   config.init_from = str(tmp_path / "nowhere")
   with pytest.raises(FileNotFoundError, match="neither an export directory"):
     warm_start.load_into(state, config)

@@ -305,6 +305,12 @@ def test_mesh_that_does_not_fit_is_a_config_error(tiny_vocab):
     train.build(config)
 
 
+def test_init_from_parts_must_name_parameter_groups(tiny_vocab):
+  config_lib.validate(tiny_config(tiny_vocab, init_from_parts="image_tower, text_tower"))
+  with pytest.raises(config_lib.ConfigError, match=r"^config\.init_from_parts: 'image tower': "):
+    config_lib.validate(tiny_config(tiny_vocab, init_from_parts="image tower"))
+
+
 def test_batch_that_does_not_split_is_a_config_error(tiny_vocab):
   config = tiny_config(tiny_vocab, **{"tasks.t2t.batch_size": 6, "optim.grad_accum_steps": 4})
   with pytest.raises(config_lib.ConfigError, match=r"^config\.tasks\.(i2t|t2t)\.batch_size: "):
