@@ -294,7 +294,7 @@ def collect_garbage_less() -> None:
   what the imports made and collecting generation 0 every 10,000 allocations instead of 700
   cut the collector's share of building the tiny train step from 1.2 s to 0.3 s (of 8.5 s).
   Tests only: in mural.main the demo showed no difference beyond run-to-run noise (README,
-  "Tests")."""
+  "Tests", and benchmarks/README.md)."""
   gc.collect()
   gc.freeze()
   gc.set_threshold(10_000, 10, 10)
