@@ -1,7 +1,7 @@
 """MURAL's claim on one machine: translation pairs lift a language scarce in image-caption pairs.
 
-    python benchmarks/mural_claim.py --workdir=/tmp/mural_claim [--steps=N] [--scarce=sw]
-        [--languages=en,de,sw] [--set=FIELD=VALUE ...]
+    python benchmarks/mural_claim.py --workdir=/tmp/mural_claim [--seed=0,1,2] [--steps=N]
+        [--scarce=sw] [--languages=en,de,sw] [--set=FIELD=VALUE ...]
 
 Three runs of configs/demo.py on the built-in data, identical but for the
 text-text task (mural/data/synthetic.py's docstring has the recipe):
@@ -17,10 +17,13 @@ held-out retrieval over ALIGN, the rich languages should stay where they are,
 and the control run should lose the lift. On this toy data the text-text task
 lifts the rich languages too (it trains the shared text encoder), and single
 runs vary by tens of mR points with when they leave the initial plateau, so
-read the scarce language's gap to the rich mean within each run (last row). Prints the per-language mR of the
-three runs and the differences; every run's workdir stays under --workdir
-(metrics.jsonl, eval/step_<N>.json). One vocabulary, learned once from the
-mural run's training text, serves all three so they see the same tokens.
+read the scarce language's gap to the rich mean within each run (last row), and
+give several seeds (`--seed=0,1,2`: the three runs per seed, the table and the
+targets on the mean over seeds, one summary line per seed). Prints the
+per-language mR of the three runs and the differences; every run's workdir
+stays under --workdir (one seed: <workdir>/<run>; several: <workdir>/seed_<N>/<run>;
+metrics.jsonl, eval/step_<N>.json). One vocabulary, learned once from the
+first mural run's training text, serves every run so they see the same tokens.
 """
 
 import argparse
@@ -49,6 +52,32 @@ def run(name, workdir, steps, extra, vocab):
   return json.loads((out / "eval" / f"step_{steps}.json").read_text())
 
 
+ORDER = ("align", "mural", "control")
+
+
+def summarize(results, languages, scarce):
+  """Per-language mR averaged over seeds, and the figures issue 9's targets read.
+
+  results: {seed: {run: eval dict}} for the runs in ORDER. Returns {'mR': {run: {lang: mean}},
+  'rich', 'gap', 'lift': {run: value}, 'per_seed': {seed: {run: (scarce mR, rich mean)}},
+  'targets': {'lift', 'rich_within_1', 'control_loses_lift': bool}}: MURAL's scarce-language
+  lift over ALIGN at least 10, its rich mean within 1 of ALIGN's, and the control's lift under
+  the 10 that counts as one.
+  """
+  seeds = list(results)
+  rich_langs = [l for l in languages if l != scarce]
+  mr = {n: {l: sum(results[s][n][f"{l}/mR"] for s in seeds) / len(seeds) for l in languages} for n in ORDER}
+  rich = {n: sum(mr[n][l] for l in rich_langs) / len(rich_langs) for n in ORDER}
+  gap = {n: mr[n][scarce] - rich[n] for n in ORDER}
+  lift = {n: mr[n][scarce] - mr["align"][scarce] for n in ORDER}
+  per_seed = {s: {n: (results[s][n][f"{scarce}/mR"],
+                      sum(results[s][n][f"{l}/mR"] for l in rich_langs) / len(rich_langs)) for n in ORDER}
+              for s in seeds}
+  targets = {"lift": lift["mural"] >= 10, "rich_within_1": abs(rich["mural"] - rich["align"]) <= 1,
+             "control_loses_lift": lift["control"] < 10}
+  return {"mR": mr, "rich": rich, "gap": gap, "lift": lift, "per_seed": per_seed, "targets": targets}
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--workdir", default="/tmp/mural_claim")
@@ -61,10 +90,17 @@ def main():
                       help="comma-separated synthetic languages (default: the demo's 8); fewer give each "
                            "more image-caption pairs per step, so ALIGN converges sooner")
   parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                      help="a config override for all three runs, e.g. --set=tasks.i2t.learning_rate=5e-3")
-  parser.add_argument("--seed", type=int, default=None, help="config.seed (model init and order); "
-                      "default: the demo's. Runs vary a lot with it: compare several.")
+                      help="a config override for all runs, e.g. --set=tasks.i2t.learning_rate=5e-3")
+  parser.add_argument("--seed", default="", help="config.seed (model init and order), or several "
+                      "comma-separated: three runs each, the table on their mean; default: the demo's. "
+                      "Single runs vary by tens of points with it.")
   args = parser.parse_args()
+  try:
+    seeds = [int(x) for x in args.seed.split(",")] if args.seed else [None]
+  except ValueError:
+    sys.exit(f"mural_claim: --seed: {args.seed!r} is not an int or a comma-separated list of ints")
+  if len(set(seeds)) != len(seeds) or any(x is not None and x < 0 for x in seeds):
+    sys.exit(f"mural_claim: --seed: {args.seed!r} must be distinct ints >= 0")
 
   sys.path.insert(0, str(ROOT))
   from mural import config_lib  # pylint: disable=g-import-not-at-top
@@ -81,11 +117,8 @@ def main():
   if args.scarce not in languages or args.pivot not in languages or args.scarce == args.pivot:
     sys.exit(f"mural_claim: --scarce and --pivot must be two of the languages {languages}")
   workdir = pathlib.Path(args.workdir)
-  workdir.mkdir(parents=True, exist_ok=True)
 
   scarce = [f"--config.data.synthetic.pairs_per_language={{'{args.scarce}': {args.scarce_pairs}}}"]
-  if args.seed is not None:
-    scarce.append(f"--config.seed={args.seed}")
   if args.languages:
     scarce.append(f"--config.data.synthetic.languages={tuple(languages)!r}")
   scarce += [f"--config.{field_value}" for field_value in args.set]
@@ -96,34 +129,45 @@ def main():
                            f"{{'{args.pivot}-{args.scarce}': 0}}"],
   }
   results, vocab = {}, None
-  for name, extra in variants.items():  # mural first: it learns the vocab the others reuse.
-    results[name] = run(name, workdir, steps, extra, vocab)
-    vocab = vocab or str(workdir / "mural" / "vocab.txt")
+  for seed in seeds:
+    seed_dir = workdir if len(seeds) == 1 else workdir / f"seed_{seed}"
+    seed_dir.mkdir(parents=True, exist_ok=True)
+    seed_flag = [] if seed is None else [f"--config.seed={seed}"]
+    results[seed] = {}
+    for name, extra in variants.items():  # mural first: it learns the vocab the others reuse.
+      results[seed][name] = run(name, seed_dir, steps, extra + seed_flag, vocab)
+      vocab = vocab or str(seed_dir / "mural" / "vocab.txt")
 
-  order = ("align", "mural", "control")
+  summary = summarize(results, languages, args.scarce)
+  mr, rich, gap, lift = summary["mR"], summary["rich"], summary["gap"], summary["lift"]
+  over = "" if len(seeds) == 1 else f", mean over seeds {','.join(map(str, seeds))}"
   print(f"\nmR on held-out scenes after {steps} steps ({args.scarce}: {args.scarce_pairs} image-caption "
-        f"pairs, others {demo.data.synthetic.default_pairs}{'; ' + ', '.join(args.set) if args.set else ''}):")
-  print(f"{'lang':<6}" + "".join(f"{n:>9}" for n in order) + f"{'mural-align':>13}{'control-align':>15}")
+        f"pairs, others {demo.data.synthetic.default_pairs}{over}"
+        f"{'; ' + ', '.join(args.set) if args.set else ''}):")
+  print(f"{'lang':<6}" + "".join(f"{n:>9}" for n in ORDER) + f"{'mural-align':>13}{'control-align':>15}")
   for lang in sorted(languages):
-    mr = {n: results[n][f"{lang}/mR"] for n in order}
     mark = "  <- scarce" if lang == args.scarce else ""
-    print(f"{lang:<6}" + "".join(f"{mr[n]:9.1f}" for n in order)
-          + f"{mr['mural'] - mr['align']:+13.1f}{mr['control'] - mr['align']:+15.1f}{mark}")
-  rich = [l for l in languages if l != args.scarce]
-  mean = lambda n: sum(results[n][f"{l}/mR"] for l in rich) / len(rich)
-  print(f"{'rich':<6}" + "".join(f"{mean(n):9.1f}" for n in order)
-        + f"{mean('mural') - mean('align'):+13.1f}{mean('control') - mean('align'):+15.1f}")
-  gap = lambda n: results[n][f"{args.scarce}/mR"] - mean(n)
-  print(f"{'gap':<6}" + "".join(f"{gap(n):9.1f}" for n in order)
+    print(f"{lang:<6}" + "".join(f"{mr[n][lang]:9.1f}" for n in ORDER)
+          + f"{mr['mural'][lang] - mr['align'][lang]:+13.1f}{mr['control'][lang] - mr['align'][lang]:+15.1f}{mark}")
+  print(f"{'rich':<6}" + "".join(f"{rich[n]:9.1f}" for n in ORDER)
+        + f"{rich['mural'] - rich['align']:+13.1f}{rich['control'] - rich['align']:+15.1f}")
+  print(f"{'gap':<6}" + "".join(f"{gap[n]:9.1f}" for n in ORDER)
         + f"   ({args.scarce} minus the rich mean: the bitext should close it)")
-  lift = lambda n: results[n][f"{args.scarce}/mR"] - results["align"][f"{args.scarce}/mR"]
-  print(f"\nissue 9's targets: {args.scarce} lift over ALIGN {lift('mural'):+.1f} (>= +10: "
-        f"{'met' if lift('mural') >= 10 else 'missed'}); rich languages MURAL - ALIGN "
-        f"{mean('mural') - mean('align'):+.1f} (within 1: "
-        f"{'met' if abs(mean('mural') - mean('align')) <= 1 else 'missed'}); the control keeps "
-        f"{lift('control'):+.1f} of the lift")
-  summary = {n: {l: round(results[n][f"{l}/mR"], 2) for l in languages} for n in order}
-  print(json.dumps({"steps": steps, "scarce": args.scarce, "mR": summary}))
+  if len(seeds) > 1:
+    for seed, runs in summary["per_seed"].items():
+      print(f"seed {seed}: " + "; ".join(f"{n} {args.scarce} {runs[n][0]:.1f} rich {runs[n][1]:.1f}"
+                                         for n in ORDER))
+  verdict = lambda ok: "met" if ok else "missed"
+  t = summary["targets"]
+  print(f"\nissue 9's targets: {args.scarce} lift over ALIGN {lift['mural']:+.1f} (>= +10: "
+        f"{verdict(t['lift'])}); rich languages MURAL - ALIGN {rich['mural'] - rich['align']:+.1f} "
+        f"(within 1: {verdict(t['rich_within_1'])}); the control's lift {lift['control']:+.1f} (below +10, "
+        f"lost: {verdict(t['control_loses_lift'])}; {args.scarce} "
+        f"{mr['control'][args.scarce] - mr['mural'][args.scarce]:+.1f} against MURAL)")
+  print(json.dumps({"steps": steps, "scarce": args.scarce, "seeds": seeds,
+                    "mR": {n: {l: round(v, 2) for l, v in mr[n].items()} for n in ORDER},
+                    "per_seed": {str(s): {n: [round(x, 2) for x in v] for n, v in runs.items()}
+                                 for s, runs in summary["per_seed"].items()}}))
 
 
 if __name__ == "__main__":

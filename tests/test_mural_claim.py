@@ -1,0 +1,44 @@
+"""benchmarks/mural_claim.py's summary: means over seeds and the three targets (no run is trained)."""
+
+import importlib.util
+import os
+
+import pytest
+
+_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks",
+                     "mural_claim.py")
+
+
+def _claim():
+  spec = importlib.util.spec_from_file_location("mural_claim", _PATH)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def _eval(en, de, sw):
+  return {"en/mR": en, "de/mR": de, "sw/mR": sw}
+
+
+def test_summary_averages_seeds_and_reads_the_targets():
+  claim = _claim()
+  results = {
+      0: {"align": _eval(80, 70, 20), "mural": _eval(81, 70, 60), "control": _eval(80, 72, 30)},
+      1: {"align": _eval(60, 50, 10), "mural": _eval(61, 51, 40), "control": _eval(62, 52, 20)},
+  }
+  got = claim.summarize(results, ["en", "de", "sw"], "sw")
+  # By hand: align en (80+60)/2 = 70, de 60, sw 15; mural 71, 60.5, 50; control 71, 62, 25.
+  assert got["mR"]["align"] == {"en": 70, "de": 60, "sw": 15}
+  assert got["mR"]["mural"] == {"en": 71, "de": 60.5, "sw": 50}
+  assert got["rich"] == {"align": 65, "mural": 65.75, "control": 66.5}
+  assert got["gap"] == {"align": -50, "mural": -15.75, "control": -41.5}
+  assert got["lift"] == {"align": 0, "mural": 35, "control": 10}
+  assert got["per_seed"][1]["mural"] == (40, 56)
+  # Lift 35 >= 10; rich 65.75 vs 65 within 1; the control's lift of exactly 10 is still a lift.
+  assert got["targets"] == {"lift": True, "rich_within_1": True, "control_loses_lift": False}
+
+  results[1]["mural"]["en/mR"] = 65  # Rich mean 66.75: 1.75 above ALIGN's.
+  results[1]["control"]["sw/mR"] = 19.8  # Control sw 24.9: lift 9.9.
+  got = claim.summarize(results, ["en", "de", "sw"], "sw")
+  assert got["rich"]["mural"] == pytest.approx(66.75)
+  assert got["targets"] == {"lift": True, "rich_within_1": False, "control_loses_lift": True}
