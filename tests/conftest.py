@@ -49,6 +49,15 @@ from mural import config_lib  # pylint: disable=g-import-not-at-top  (ml_collect
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
+def load_benchmark(name: str):
+  """benchmarks/<name>.py as a module (benchmarks/ is scripts, not a package)."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
 def load_config(name: str = "tiny"):
   """configs/<name>.py's get_config()."""
   return config_lib.from_file(ROOT / "configs" / f"{name}.py")

@@ -1,21 +1,10 @@
 """benchmarks/bench_step.py's config: its flags reach the ordinary config (no JAX step is run)."""
 
-import importlib.util
-import os
-
-_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks",
-                     "bench_step.py")
-
-
-def _bench_step():
-  spec = importlib.util.spec_from_file_location("bench_step", _PATH)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+from conftest import load_benchmark
 
 
 def test_no_dropout_clears_every_dropout_and_keeps_the_rest():
-  bench = _bench_step()
+  bench = load_benchmark("bench_step")
   default = bench.make_config(bench.parse_args([]))
   plain = bench.make_config(bench.parse_args(["--no_dropout"]))
   assert default.model.text.dropout_rate == 0.1

@@ -1,19 +1,8 @@
 """benchmarks/mural_claim.py's summary: means over seeds and the three targets (no run is trained)."""
 
-import importlib.util
-import os
-
 import pytest
 
-_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks",
-                     "mural_claim.py")
-
-
-def _claim():
-  spec = importlib.util.spec_from_file_location("mural_claim", _PATH)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+from conftest import load_benchmark
 
 
 def _eval(en, de, sw):
@@ -21,7 +10,7 @@ def _eval(en, de, sw):
 
 
 def test_summary_averages_seeds_and_reads_the_targets():
-  claim = _claim()
+  claim = load_benchmark("mural_claim")
   results = {
       0: {"align": _eval(80, 70, 20), "mural": _eval(81, 70, 60), "control": _eval(80, 72, 30)},
       1: {"align": _eval(60, 50, 10), "mural": _eval(61, 51, 40), "control": _eval(62, 52, 20)},
