@@ -14,13 +14,17 @@ learn in ~1200 steps:
   * 32 px inputs (the smallest the five stride-2 stages reduce to 1x1) and
     B0's block table at width/depth 0.25 (7 blocks, 8..80 channels); a
     2-layer, 64-wide BERT. No dropout or stochastic depth.
-  * Learning rates 1e-2 for both tasks (paper: 1e-3 / 1e-4 over 600k
-    steps). Each task has its own LAMB, which moves every layer by the rate
-    times its norm whatever the loss weight: at the paper's 10:1 the
+  * Learning rates 5e-3 image-text and 1e-2 text-text (paper: 1e-3 / 1e-4
+    over 600k steps). Each task has its own LAMB, which moves every layer by
+    the rate times its norm whatever the loss weight: at the paper's 10:1 the
     text-text task barely moves in 1200 steps (its loss stays near
     margin/T + log B ~ 34, translation accuracy 10-30%); at 1:1 translation
     pairs pull the 8 languages together from the start (measured: mean mR
-    85.0 vs 25.2 with 1e-3 and initial temperature 0.1).
+    85.0 vs 25.2 with 1e-3 and initial temperature 0.1), and the text-text
+    rate at twice the image-text one keeps them together. At an image-text
+    rate of 1e-2 when the model left its starting plateau depended on the
+    seed (mean mR 89.4, 69.8 and 83.6 for seeds 0-2); at 5e-3 seeds 0-3
+    all end at 83.6-85.3, every language >= 82.1 (README).
   * Initial temperature 0.05 (paper: 1.0): the learned temperature needs
     thousands of steps to come down from 1.0, and the in-batch loss stays on
     its plateau (log 64) until it does.
@@ -53,13 +57,13 @@ def get_config():
 
   c.model.init_temperature = 0.05
 
-  c.tasks.i2t.learning_rate = 1e-2
+  c.tasks.i2t.learning_rate = 5e-3  # 1e-2 left the plateau late for some seeds; see the docstring.
   c.tasks.i2t.batch_size = 64
   c.tasks.t2t.weight = 0.1  # MURAL's 0.1 : 1 (with per-task LAMB, the rate sets the step).
   c.tasks.t2t.learning_rate = 1e-2  # MURAL: 10 : 1; see the docstring.
   c.tasks.t2t.batch_size = 64
   c.optim.warmup_steps = 50
-  c.total_steps = 1200  # Mean mR 82.6 (AVX2 EPYC) and 89.4 (Xeon); README, "What the demo prints".
+  c.total_steps = 1200  # Mean mR 83.6-85.3 over seeds 0-3 (Xeon); README, "What the demo prints".
 
   c.data.image_size = 32
   c.data.autotune = False  # Closing the pipeline is immediate (config_lib.py says why).

@@ -27,7 +27,7 @@ from mural import system as system_lib
 from mural import train
 from mural import warm_start
 
-# 100 cheap steps at the demo's rates and temperature; batch-norm statistics that follow the
+# 100 cheap steps at rates of 1e-2 and the demo's temperature; batch-norm statistics that follow the
 # training within them (momentum 0.9), so eval-mode images no longer embed alike.
 OVERRIDES = dict(total_steps=100, eval_every_steps=0, checkpoint_every_steps=100, log_every_steps=50,
                  optim__warmup_steps=10, model__init_temperature=0.05, tasks__i2t__learning_rate=1e-2,
