@@ -66,13 +66,13 @@ def summarize(results, languages, scarce):
   """
   seeds = list(results)
   rich_langs = [l for l in languages if l != scarce]
-  mr = {n: {l: sum(results[s][n][f"{l}/mR"] for s in seeds) / len(seeds) for l in languages} for n in ORDER}
-  rich = {n: sum(mr[n][l] for l in rich_langs) / len(rich_langs) for n in ORDER}
+  rich_mean = lambda by_lang: sum(by_lang[l] for l in rich_langs) / len(rich_langs)
+  per_run = {s: {n: {l: results[s][n][f"{l}/mR"] for l in languages} for n in ORDER} for s in seeds}
+  mr = {n: {l: sum(per_run[s][n][l] for s in seeds) / len(seeds) for l in languages} for n in ORDER}
+  rich = {n: rich_mean(mr[n]) for n in ORDER}
   gap = {n: mr[n][scarce] - rich[n] for n in ORDER}
   lift = {n: mr[n][scarce] - mr["align"][scarce] for n in ORDER}
-  per_seed = {s: {n: (results[s][n][f"{scarce}/mR"],
-                      sum(results[s][n][f"{l}/mR"] for l in rich_langs) / len(rich_langs)) for n in ORDER}
-              for s in seeds}
+  per_seed = {s: {n: (per_run[s][n][scarce], rich_mean(per_run[s][n])) for n in ORDER} for s in seeds}
   targets = {"lift": lift["mural"] >= 10, "rich_within_1": abs(rich["mural"] - rich["align"]) <= 1,
              "control_loses_lift": lift["control"] < 10}
   return {"mR": mr, "rich": rich, "gap": gap, "lift": lift, "per_seed": per_seed, "targets": targets}
