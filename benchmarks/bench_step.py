@@ -394,6 +394,7 @@ def main(argv=None) -> None:
   # ---- The production step, built as train_and_evaluate builds it. --------
   setup = train.build(config)
   state = setup.init_state(jax.random.PRNGKey(config.seed))
+  setup.release_init_program()  # As train_and_evaluate does.
   n_params = sum(x.size for x in jax.tree.leaves(state.params))
   batch = random_batch(setup, config)
   step = train.jit_train_step(setup)

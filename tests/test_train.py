@@ -53,7 +53,7 @@ def uninterrupted(tiny_vocab, tmp_path_factory):
 
 
 def test_end_to_end_outputs(uninterrupted):
-  config, workdir, result, _ = uninterrupted
+  config, workdir, result, setup = uninterrupted
   lines = read_jsonl(workdir / "metrics.jsonl")
   assert [l["step"] for l in lines] == list(range(1, 11))
   for key in ("loss", "loss/i2t", "loss/t2i", "loss/l2r", "loss/r2l", "temperature", "lr/i2t",
@@ -76,6 +76,7 @@ def test_end_to_end_outputs(uninterrupted):
   assert {(10, "train/loss"), (10, "train/lr/t2t"), (10, "eval/en/mR"), (5, "eval/en-de/acc")} <= tags
   assert result["step"] == 10 and not result["preempted"]
   assert result["step_lowerings"] == 1  # In the background; the loop's calls reuse it.
+  assert setup.jitted_init._cache_size() == 0  # The init program, needed once, was freed.
   assert result["eval"]["en/mR"] == scores["en/mR"]
   assert (workdir / "vocab.txt").exists() is False  # vocab_path given: nothing learned here.
 
@@ -170,7 +171,7 @@ def test_t2t_weight_zero_or_rate_zero_is_align(tiny_vocab, tmp_path):
                _params_without_t2t_head(out["rate0"]["state"]), reference)
   # ... and the t2t head was never moved.
   moved = jax.device_get(out["rate0"]["state"].params["t2t_head"])
-  init = jax.device_get(out["rate0"]["setup"].init_state(jax.random.PRNGKey(0)).params["t2t_head"])  # Compiled.
+  init = jax.device_get(out["rate0"]["setup"].init_state(jax.random.PRNGKey(0)).params["t2t_head"])
   jax.tree.map(np.testing.assert_array_equal, moved, init)
   assert out["rate0"]["train"]["loss/i2t"] == pytest.approx(out["align"]["train"]["loss/i2t"], rel=1e-6)
 
