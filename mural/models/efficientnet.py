@@ -21,14 +21,16 @@ A checkpoint saved with one loads into the other.
 Batch norm and the swish after it likewise (`norm_impl`, config.model.image.norm_impl):
   'flax'  nn.BatchNorm then nn.swish, autodiff'd;
   'fused' FusedBatchNorm: the same variables and function, one op whose custom
-          VJP keeps only its input for the backward (see batch_norm_act);
+          VJP keeps only its input for the backward (see batch_norm_act); with
+          'fast' convs, a block's expand norm + swish is applied by its depthwise
+          conv, one op that keeps only the norm's input (act_depthwise_conv);
   'auto'  'fused' on the CPU, else 'flax'.
 """
 
 import dataclasses
 import functools
 import math
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, NamedTuple, Optional, Tuple
 
 import flax.linen as nn
 import jax
@@ -260,14 +262,14 @@ def _depthwise_input_grad(g, kernel, stride: int, height: int, width: int):
   return dx.astype(g.dtype)
 
 
-def _depthwise_bwd(stride, residuals, g):
-  x, kernel = residuals
+def _depthwise_kernel_grad(x, g, kernel, stride: int, prepare=lambda xc: xc):
+  """dk[i, j, 0, c] = sum_bhw prepare(x)_ij * g, in a loop over batch chunks.
+
+  Left to autodiff, XLA writes out every shifted x_ij whole. Chunk s holds examples
+  s, s + steps, ...: a batch sharded over devices stays sharded (on the outer axis)
+  and the loop runs over local data. `prepare` maps a chunk of x to the conv's input
+  (act_depthwise_conv recomputes its activation there, chunk by chunk)."""
   k = kernel.shape[0]
-  dx = _depthwise_input_grad(g, kernel, stride, x.shape[1], x.shape[2])
-  # The kernel gradient, dk[i, j, 0, c] = sum_bhw x_ij * g, in a loop over
-  # batch chunks: left to autodiff, XLA writes out every shifted x_ij whole.
-  # Chunk s holds examples s, s + steps, ...: a batch sharded over devices
-  # stays sharded (on the outer axis) and the loop runs over local data.
   acc = _accumulator(x.dtype)
   chunk = _batch_chunk(x)
   steps = x.shape[0] // chunk
@@ -276,14 +278,65 @@ def _depthwise_bwd(stride, residuals, g):
   def step(s, total):
     xc, gc = (lax.dynamic_index_in_dim(a, s, axis=1, keepdims=False) for a in (xs, gs))
     gc = gc.astype(acc)
-    sums = [jnp.sum(tap.astype(acc) * gc, axis=(0, 1, 2)) for _, _, tap in _taps(xc, k, stride)]
+    sums = [jnp.sum(tap.astype(acc) * gc, axis=(0, 1, 2))
+            for _, _, tap in _taps(prepare(xc), k, stride)]
     return total + jnp.stack(sums)
 
   dk = lax.fori_loop(0, steps, step, jnp.zeros((k * k, x.shape[-1]), acc))
-  return dx, dk.reshape(kernel.shape).astype(kernel.dtype)
+  return dk.reshape(kernel.shape).astype(kernel.dtype)
+
+
+def _depthwise_bwd(stride, residuals, g):
+  x, kernel = residuals
+  dx = _depthwise_input_grad(g, kernel, stride, x.shape[1], x.shape[2])
+  return dx, _depthwise_kernel_grad(x, g, kernel, stride)
 
 
 depthwise_conv.defvjp(_depthwise_fwd, _depthwise_bwd)
+
+
+class NormAct(NamedTuple):
+  """swish(x * a + c), not yet computed: a training batch norm + swish (a = scale / sqrt(var +
+  eps), c = bias - mean * a over this batch) that the depthwise conv after it applies in its
+  own op (FusedBatchNorm(defer=True), Conv)."""
+  x: jax.Array  # The norm's input [B, H, W, C].
+  a: jax.Array  # [C], float32 or wider.
+  c: jax.Array
+
+  def materialize(self):
+    return _affine_swish(self.x, self.a, self.c)
+
+
+def _affine_swish(x, a, c):
+  return nn.swish(x.astype(a.dtype) * a + c).astype(x.dtype)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def act_depthwise_conv(x, a, c, kernel, stride: int):
+  """depthwise_conv(swish(x * a + c), kernel, stride), a, c [C], as one op.
+
+  Its backward recomputes the activation from x, chunk by chunk inside the kernel
+  gradient's loop, instead of keeping it: composed of two ops, the norm keeps x and
+  the conv its input, two activations of the block's widest shape where one does
+  (bench_step.py's B0: temporaries 3.31 -> 3.05 GiB)."""
+  return depthwise_conv(_affine_swish(x, a, c), kernel, stride)
+
+
+def _act_depthwise_fwd(x, a, c, kernel, stride):
+  return act_depthwise_conv(x, a, c, kernel, stride), (x, a, c, kernel)
+
+
+def _act_depthwise_bwd(stride, residuals, g):
+  x, a, c, kernel = residuals
+  dy = _depthwise_input_grad(g, kernel, stride, x.shape[1], x.shape[2])
+  dk = _depthwise_kernel_grad(x, g, kernel, stride, lambda xc: _affine_swish(xc, a, c))
+  d_pre = dy.astype(a.dtype) * _swish_derivative(x.astype(a.dtype) * a + c)
+  axes = tuple(range(x.ndim - 1))
+  return ((d_pre * a).astype(x.dtype), jnp.sum(d_pre * x.astype(a.dtype), axes),
+          jnp.sum(d_pre, axes), dk)
+
+
+act_depthwise_conv.defvjp(_act_depthwise_fwd, _act_depthwise_bwd)
 
 
 def pointwise_conv(x, kernel, stride: int = 1):
@@ -341,11 +394,20 @@ class Conv(nn.Module):
 
   @nn.compact
   def __call__(self, inputs):
+    """inputs: [B, H, W, Cin], or a NormAct that a 'fast' depthwise conv applies in its own op."""
     k, groups = self.kernel_size, self.feature_group_count
+    fast = resolve_conv_impl(self.impl) == "fast"
+    channels = (inputs.x if isinstance(inputs, NormAct) else inputs).shape[-1]
     kernel = self.param("kernel", self.kernel_init,
-                        (k, k, inputs.shape[-1] // groups, self.features), self.param_dtype)
+                        (k, k, channels // groups, self.features), self.param_dtype)
     bias = (self.param("bias", self.bias_init, (self.features,), self.param_dtype)
             if self.use_bias else None)
+    if isinstance(inputs, NormAct):
+      x, kernel, bias = nn.dtypes.promote_dtype(inputs.x, kernel, bias, dtype=self.dtype)
+      if fast and groups == self.features == channels and k > 1 and x.dtype == inputs.x.dtype:
+        y = act_depthwise_conv(x, inputs.a, inputs.c, kernel, self.strides)
+        return y if bias is None else y + bias
+      inputs = inputs.materialize()
     inputs, kernel, bias = nn.dtypes.promote_dtype(inputs, kernel, bias, dtype=self.dtype)
     y = conv2d(inputs, kernel, self.strides, groups, self.impl)
     return y if bias is None else y + bias
@@ -438,6 +500,9 @@ class FusedBatchNorm(nn.Module):
   param_dtype: Any = jnp.float32
   scale_init: Callable = nn.initializers.ones
   bias_init: Callable = nn.initializers.zeros
+  # Training, with swish, output in x's dtype: return a NormAct for the depthwise conv after
+  # it to apply (act_depthwise_conv); the statistics are then autodiff'd, as nn.BatchNorm's.
+  defer: bool = False
 
   @nn.compact
   def __call__(self, x):
@@ -450,14 +515,19 @@ class FusedBatchNorm(nn.Module):
     if self.use_running_average:
       y = (x - ra_mean.value) * (lax.rsqrt(ra_var.value + self.epsilon) * scale) + bias
       return (nn.swish(y.astype(dtype)) if self.swish else y).astype(dtype)
-    y, mean, var = batch_norm_act(x, scale, bias, self.epsilon, self.swish, jnp.dtype(dtype))
+    if self.defer and self.swish and jnp.dtype(dtype) == x.dtype:
+      mean, var = _batch_stats(x)
+      a = lax.rsqrt(var + self.epsilon) * scale
+      y = NormAct(x, a, bias - mean * a)
+    else:
+      y, mean, var = batch_norm_act(x, scale, bias, self.epsilon, self.swish, jnp.dtype(dtype))
     if not self.is_initializing():
       ra_mean.value = self.momentum * ra_mean.value + (1 - self.momentum) * mean
       ra_var.value = self.momentum * ra_var.value + (1 - self.momentum) * var
     return y
 
 
-def _norm(train, momentum, name, swish, impl="flax", **kw):
+def _norm(train, momentum, name, swish, impl="flax", defer=False, **kw):
   """Batch norm with the reference's epsilon and named scale/bias, then swish if `swish`;
   computed by nn.BatchNorm + nn.swish ('flax') or FusedBatchNorm ('fused'; 'auto': see
   resolve_norm_impl)."""
@@ -465,7 +535,7 @@ def _norm(train, momentum, name, swish, impl="flax", **kw):
               scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("norm",)),
               bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("norm",)), **kw)
   if resolve_norm_impl(impl) == "fused":
-    return FusedBatchNorm(swish=swish, **args)
+    return FusedBatchNorm(swish=swish, defer=defer, **args)
   bn = nn.BatchNorm(**args)
   return (lambda x: nn.swish(bn(x))) if swish else bn
 
@@ -489,12 +559,13 @@ class MBConv(nn.Module):
   def __call__(self, inputs, train: bool):
     kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
     conv = functools.partial(_conv, impl=self.conv_impl, **kw)
-    bn = lambda name, swish=True: _norm(train, self.bn_momentum, name, swish, self.norm_impl, **kw)
+    bn = lambda name, swish=True, defer=False: _norm(train, self.bn_momentum, name, swish,
+                                                     self.norm_impl, defer, **kw)
     mid = self.in_filters * self.expand_ratio
     x = inputs
     if self.expand_ratio != 1:
       x = conv(mid, CONV, name="expand_conv")(x)
-      x = bn("expand_bn")(x)
+      x = bn("expand_bn", defer=True)(x)  # The depthwise conv applies it (act_depthwise_conv).
     x = conv(mid, DEPTHWISE, kernel=self.kernel, strides=self.stride,
              feature_group_count=mid, name="depthwise_conv")(x)
     x = bn("depthwise_bn")(x)
