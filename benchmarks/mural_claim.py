@@ -84,7 +84,9 @@ def main():
   parser.add_argument("--steps", type=int, default=1200,
                       help="steps per run (the README's tables: 1200, the demo's length)")
   parser.add_argument("--scarce", default="sw", help="the language made scarce in image-caption pairs")
-  parser.add_argument("--scarce_pairs", type=int, default=200)
+  parser.add_argument("--scarce_pairs", type=int, default=20,
+                      help="its image-caption pairs; at 200 its captions alone teach its few words "
+                           "once the shared model is trained (benchmarks/README.md)")
   parser.add_argument("--pivot", default="en")
   parser.add_argument("--languages", default="",
                       help="comma-separated synthetic languages (default: the demo's 8); fewer give each "

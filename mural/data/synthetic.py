@@ -43,7 +43,7 @@ language, or the explicit `translation_pair_list`. The two are independent.
 
 MURAL's claim on one machine. Make Swahili scarce in image-caption pairs and
 compare the two losses on its held-out retrieval:
-  config.data.synthetic.pairs_per_language = {'sw': 200}   # others: 20k each
+  config.data.synthetic.pairs_per_language = {'sw': 20}    # others: 20k each
   config.data.synthetic.translation_pairs = 20_000          # en-x for every x
   ALIGN: config.tasks.t2t.weight = 0.0   MURAL: config.tasks.t2t.weight = 0.1
 and read the 'sw' image<->text recall of both runs; a control run with
