@@ -49,7 +49,7 @@ compare the two losses on its held-out retrieval:
 and read the 'sw' image<->text recall of both runs; a control run with
 `translation_pairs_per_pair = {'en-sw': 0}` removes only the Swahili bitext.
 benchmarks/mural_claim.py runs the three and prints the table.
-Swahili shares no content word with English, so what sw learns beyond its 200
+Swahili shares no content word with English, so what sw learns beyond its 20
 captions comes through the en-sw translation pairs.
 
 Public API: `LANGUAGES`, `SCRIPTS`, `image_text_source`, `text_pair_source`,
