@@ -211,23 +211,30 @@ def test_fast_conv_keeps_bf16_and_sums_in_float32():
     np.testing.assert_allclose(np.asarray(fast, np.float32), exact, rtol=2 ** -8, atol=1e-6)
 
 
-def test_act_depthwise_conv_is_the_composition_with_its_gradients():
-  """act_depthwise_conv(x, a, c, k) = XLA's depthwise conv of swish(x * a + c), with the
-  gradients w.r.t. x, a, c and k of autodiff through that composition, in float64 (the
-  strides and kernel sizes of the B0 table; odd and even sizes)."""
+def test_norm_act_depthwise_conv_is_the_composition_with_its_gradients():
+  """norm_act_depthwise_conv = XLA's depthwise conv of swish(batch norm of x), with the
+  gradients w.r.t. x, scale, bias and the kernel of autodiff through that composition
+  (through the batch mean and variance), in float64; the strides and kernel sizes of the
+  B0 table, odd and even sizes."""
   rng = np.random.default_rng(0)
   cases = [((2, 8, 8, 6), 3, 1), ((2, 7, 9, 6), 5, 2), ((3, 5, 4, 6), 3, 2)]
   with jax.enable_x64(True):
     for shape, k, stride in cases:
-      x, a, c = (jnp.asarray(rng.normal(size=s)) for s in (shape, shape[-1:], shape[-1:]))
+      x = jnp.asarray(rng.normal(size=shape) * 2 + 0.5)
+      scale, bias = (jnp.asarray(rng.normal(size=shape[-1:])) for _ in range(2))
       kernel = jnp.asarray(rng.normal(size=(k, k, 1, shape[-1])))
-      reference = lambda x, a, c, kernel, stride=stride: efficientnet.xla_conv(
-          jax.nn.swish(x * a + c), kernel, stride, shape[-1])
-      fused = functools.partial(efficientnet.act_depthwise_conv, stride=stride)
-      want, want_pull = jax.vjp(reference, x, a, c, kernel)
-      got, got_pull = jax.vjp(fused, x, a, c, kernel)
+
+      def reference(x, scale, bias, kernel, stride=stride):
+        mean, var = jnp.mean(x, (0, 1, 2)), jnp.var(x, (0, 1, 2))
+        y = jax.nn.swish((x - mean) / jnp.sqrt(var + 1e-3) * scale + bias)
+        return efficientnet.xla_conv(y, kernel, stride, shape[-1])
+
+      fused = functools.partial(efficientnet.norm_act_depthwise_conv, epsilon=1e-3, stride=stride,
+                                dtype=jnp.dtype(jnp.float64))
+      want, want_pull = jax.vjp(reference, x, scale, bias, kernel)
+      got, got_pull = jax.vjp(fused, x, scale, bias, kernel)
       ct = jnp.asarray(rng.normal(size=want.shape))
-      assert_trees_close((got, got_pull(ct)), (want, want_pull(ct)), 1e-12)
+      assert_trees_close((got, got_pull(ct)), (want, want_pull(ct)), 1e-10)
 
 
 def _tiny(impl, dtype=jnp.float32, norm="flax"):

@@ -23,7 +23,7 @@ Batch norm and the swish after it likewise (`norm_impl`, config.model.image.norm
   'fused' FusedBatchNorm: the same variables and function, one op whose custom
           VJP keeps only its input for the backward (see batch_norm_act); with
           'fast' convs, a block's expand norm + swish is applied by its depthwise
-          conv, one op that keeps only the norm's input (act_depthwise_conv);
+          conv, one op that keeps only the norm's input (norm_act_depthwise_conv);
   'auto'  'fused' on the CPU, else 'flax'.
 """
 
@@ -268,7 +268,7 @@ def _depthwise_kernel_grad(x, g, kernel, stride: int, prepare=lambda xc: xc):
   Left to autodiff, XLA writes out every shifted x_ij whole. Chunk s holds examples
   s, s + steps, ...: a batch sharded over devices stays sharded (on the outer axis)
   and the loop runs over local data. `prepare` maps a chunk of x to the conv's input
-  (act_depthwise_conv recomputes its activation there, chunk by chunk)."""
+  (norm_act_depthwise_conv recomputes its activation there, chunk by chunk)."""
   k = kernel.shape[0]
   acc = _accumulator(x.dtype)
   chunk = _batch_chunk(x)
@@ -296,47 +296,47 @@ depthwise_conv.defvjp(_depthwise_fwd, _depthwise_bwd)
 
 
 class NormAct(NamedTuple):
-  """swish(x * a + c), not yet computed: a training batch norm + swish (a = scale / sqrt(var +
-  eps), c = bias - mean * a over this batch) that the depthwise conv after it applies in its
-  own op (FusedBatchNorm(defer=True), Conv)."""
+  """A training batch norm + swish of x, not yet computed, that the depthwise conv after it
+  applies in its own op (FusedBatchNorm(defer=True), Conv, norm_act_depthwise_conv)."""
   x: jax.Array  # The norm's input [B, H, W, C].
-  a: jax.Array  # [C], float32 or wider.
-  c: jax.Array
+  scale: jax.Array
+  bias: jax.Array
+  epsilon: float
+  dtype: Any  # Of the activation.
 
   def materialize(self):
-    return _affine_swish(self.x, self.a, self.c)
+    return batch_norm_act(self.x, self.scale, self.bias, self.epsilon, True, self.dtype)[0]
 
 
-def _affine_swish(x, a, c):
-  return nn.swish(x.astype(a.dtype) * a + c).astype(x.dtype)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
-def act_depthwise_conv(x, a, c, kernel, stride: int):
-  """depthwise_conv(swish(x * a + c), kernel, stride), a, c [C], as one op.
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
+def norm_act_depthwise_conv(x, scale, bias, kernel, epsilon: float, stride: int, dtype):
+  """depthwise_conv(batch_norm_act(x, scale, bias, epsilon, True, dtype)[0], kernel, stride)
+  as one op.
 
   Its backward recomputes the activation from x, chunk by chunk inside the kernel
   gradient's loop, instead of keeping it: composed of two ops, the norm keeps x and
   the conv its input, two activations of the block's widest shape where one does
   (bench_step.py's B0: temporaries 3.31 -> 3.05 GiB)."""
-  return depthwise_conv(_affine_swish(x, a, c), kernel, stride)
+  return depthwise_conv(batch_norm_act(x, scale, bias, epsilon, True, dtype)[0], kernel, stride)
 
 
-def _act_depthwise_fwd(x, a, c, kernel, stride):
-  return act_depthwise_conv(x, a, c, kernel, stride), (x, a, c, kernel)
+def _norm_act_depthwise_fwd(x, scale, bias, kernel, epsilon, stride, dtype):
+  (y, mean, _), inv = _norm_act_forward(x, scale, bias, epsilon, True, dtype)
+  return depthwise_conv(y, kernel, stride), (x, scale, bias, mean, inv, kernel)
 
 
-def _act_depthwise_bwd(stride, residuals, g):
-  x, a, c, kernel = residuals
+def _norm_act_depthwise_bwd(epsilon, stride, dtype, residuals, g):
+  x, scale, bias, mean, inv, kernel = residuals
+  activation = lambda xc: nn.swish((xc.astype(mean.dtype) - mean) * (inv * scale) + bias).astype(dtype)
   dy = _depthwise_input_grad(g, kernel, stride, x.shape[1], x.shape[2])
-  dk = _depthwise_kernel_grad(x, g, kernel, stride, lambda xc: _affine_swish(xc, a, c))
-  d_pre = dy.astype(a.dtype) * _swish_derivative(x.astype(a.dtype) * a + c)
-  axes = tuple(range(x.ndim - 1))
-  return ((d_pre * a).astype(x.dtype), jnp.sum(d_pre * x.astype(a.dtype), axes),
-          jnp.sum(d_pre, axes), dk)
+  dk = _depthwise_kernel_grad(x, g, kernel, stride, activation)
+  no_stats = jnp.zeros_like(mean)  # The op's statistics feed no loss.
+  dx, d_scale, d_bias = _norm_act_bwd(epsilon, True, dtype, (x, scale, bias, mean, inv),
+                                      (dy, no_stats, no_stats))
+  return dx, d_scale, d_bias, dk
 
 
-act_depthwise_conv.defvjp(_act_depthwise_fwd, _act_depthwise_bwd)
+norm_act_depthwise_conv.defvjp(_norm_act_depthwise_fwd, _norm_act_depthwise_bwd)
 
 
 def pointwise_conv(x, kernel, stride: int = 1):
@@ -404,8 +404,10 @@ class Conv(nn.Module):
             if self.use_bias else None)
     if isinstance(inputs, NormAct):
       x, kernel, bias = nn.dtypes.promote_dtype(inputs.x, kernel, bias, dtype=self.dtype)
-      if fast and groups == self.features == channels and k > 1 and x.dtype == inputs.x.dtype:
-        y = act_depthwise_conv(x, inputs.a, inputs.c, kernel, self.strides)
+      if (fast and groups == self.features == channels and k > 1
+          and x.dtype == inputs.x.dtype == inputs.dtype):
+        y = norm_act_depthwise_conv(inputs.x, inputs.scale, inputs.bias, kernel, inputs.epsilon,
+                                    self.strides, inputs.dtype)
         return y if bias is None else y + bias
       inputs = inputs.materialize()
     inputs, kernel, bias = nn.dtypes.promote_dtype(inputs, kernel, bias, dtype=self.dtype)
@@ -500,8 +502,8 @@ class FusedBatchNorm(nn.Module):
   param_dtype: Any = jnp.float32
   scale_init: Callable = nn.initializers.ones
   bias_init: Callable = nn.initializers.zeros
-  # Training, with swish, output in x's dtype: return a NormAct for the depthwise conv after
-  # it to apply (act_depthwise_conv); the statistics are then autodiff'd, as nn.BatchNorm's.
+  # Training, with swish: return a NormAct for the depthwise conv after it to apply
+  # (norm_act_depthwise_conv), and only the running averages here.
   defer: bool = False
 
   @nn.compact
@@ -515,10 +517,9 @@ class FusedBatchNorm(nn.Module):
     if self.use_running_average:
       y = (x - ra_mean.value) * (lax.rsqrt(ra_var.value + self.epsilon) * scale) + bias
       return (nn.swish(y.astype(dtype)) if self.swish else y).astype(dtype)
-    if self.defer and self.swish and jnp.dtype(dtype) == x.dtype:
-      mean, var = _batch_stats(x)
-      a = lax.rsqrt(var + self.epsilon) * scale
-      y = NormAct(x, a, bias - mean * a)
+    if self.defer and self.swish:
+      mean, var = lax.stop_gradient(_batch_stats(x))  # The same as the op's: XLA computes them once.
+      y = NormAct(x, scale, bias, self.epsilon, jnp.dtype(dtype))
     else:
       y, mean, var = batch_norm_act(x, scale, bias, self.epsilon, self.swish, jnp.dtype(dtype))
     if not self.is_initializing():
@@ -565,7 +566,7 @@ class MBConv(nn.Module):
     x = inputs
     if self.expand_ratio != 1:
       x = conv(mid, CONV, name="expand_conv")(x)
-      x = bn("expand_bn", defer=True)(x)  # The depthwise conv applies it (act_depthwise_conv).
+      x = bn("expand_bn", defer=True)(x)  # The depthwise conv applies it (norm_act_depthwise_conv).
     x = conv(mid, DEPTHWISE, kernel=self.kernel, strides=self.stride,
              feature_group_count=mid, name="depthwise_conv")(x)
     x = bn("depthwise_bn")(x)
