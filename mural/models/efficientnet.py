@@ -327,7 +327,9 @@ def _norm_act_depthwise_fwd(x, scale, bias, kernel, epsilon, stride, dtype):
 
 def _norm_act_depthwise_bwd(epsilon, stride, dtype, residuals, g):
   x, scale, bias, mean, inv, kernel = residuals
-  activation = lambda xc: nn.swish((xc.astype(mean.dtype) - mean) * (inv * scale) + bias).astype(dtype)
+  # The forward's activation, bit for bit (_norm_act_forward), from a chunk of x.
+  activation = lambda xc: nn.swish((xc.astype(mean.dtype) - mean) * (inv * scale)
+                                   + bias).astype(dtype)
   dy = _depthwise_input_grad(g, kernel, stride, x.shape[1], x.shape[2])
   dk = _depthwise_kernel_grad(x, g, kernel, stride, activation)
   no_stats = jnp.zeros_like(mean)  # The op's statistics feed no loss.
