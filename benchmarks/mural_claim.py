@@ -60,8 +60,10 @@ def summarize(results, languages, scarce):
 
   results: {seed: {run: eval dict}} for the runs in ORDER. Returns {'mR': {run: {lang: mean}},
   'rich', 'gap', 'lift': {run: value}, 'per_seed': {seed: {run: (scarce mR, rich mean)}},
-  'targets': {'lift', 'rich_within_1', 'control_loses_lift': bool}}: MURAL's scarce-language
-  lift over ALIGN at least 10, its rich mean within 1 of ALIGN's, and the control's lift under
+  'targets': {'lift', 'rich_within_1', 'rich_not_below', 'control_loses_lift': bool}}: MURAL's
+  scarce-language lift over ALIGN at least 10, its rich mean within 1 of ALIGN's (issue 9's
+  wording), or no more than 1 below it (the paper's: MURAL "matches or exceeds ALIGN's
+  cross-modal retrieval performance on well-resourced languages"), and the control's lift under
   the 10 that counts as one.
   """
   seeds = list(results)
@@ -73,8 +75,9 @@ def summarize(results, languages, scarce):
   gap = {n: mr[n][scarce] - rich[n] for n in ORDER}
   lift = {n: mr[n][scarce] - mr["align"][scarce] for n in ORDER}
   per_seed = {s: {n: (per_run[s][n][scarce], rich_mean(per_run[s][n])) for n in ORDER} for s in seeds}
-  targets = {"lift": lift["mural"] >= 10, "rich_within_1": abs(rich["mural"] - rich["align"]) <= 1,
-             "control_loses_lift": lift["control"] < 10}
+  rich_lift = rich["mural"] - rich["align"]
+  targets = {"lift": lift["mural"] >= 10, "rich_within_1": abs(rich_lift) <= 1,
+             "rich_not_below": rich_lift >= -1, "control_loses_lift": lift["control"] < 10}
   return {"mR": mr, "rich": rich, "gap": gap, "lift": lift, "per_seed": per_seed, "targets": targets}
 
 
@@ -163,7 +166,8 @@ def main():
   t = summary["targets"]
   print(f"\nissue 9's targets: {args.scarce} lift over ALIGN {lift['mural']:+.1f} (>= +10: "
         f"{verdict(t['lift'])}); rich languages MURAL - ALIGN {rich['mural'] - rich['align']:+.1f} "
-        f"(within 1: {verdict(t['rich_within_1'])}); the control's lift {lift['control']:+.1f} (below +10, "
+        f"(within 1: {verdict(t['rich_within_1'])}; the paper's matches or exceeds: "
+        f"{verdict(t['rich_not_below'])}); the control's lift {lift['control']:+.1f} (below +10, "
         f"lost: {verdict(t['control_loses_lift'])}; {args.scarce} "
         f"{mr['control'][args.scarce] - mr['mural'][args.scarce]:+.1f} against MURAL)")
   print(json.dumps({"steps": steps, "scarce": args.scarce, "seeds": seeds,

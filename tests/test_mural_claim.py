@@ -24,10 +24,17 @@ def test_summary_averages_seeds_and_reads_the_targets():
   assert got["lift"] == {"align": 0, "mural": 35, "control": 10}
   assert got["per_seed"][1]["mural"] == (40, 56)
   # Lift 35 >= 10; rich 65.75 vs 65 within 1; the control's lift of exactly 10 is still a lift.
-  assert got["targets"] == {"lift": True, "rich_within_1": True, "control_loses_lift": False}
+  assert got["targets"] == {"lift": True, "rich_within_1": True, "rich_not_below": True,
+                            "control_loses_lift": False}
 
   results[1]["mural"]["en/mR"] = 65  # Rich mean 66.75: 1.75 above ALIGN's.
   results[1]["control"]["sw/mR"] = 19.8  # Control sw 24.9: lift 9.9.
   got = claim.summarize(results, ["en", "de", "sw"], "sw")
   assert got["rich"]["mural"] == pytest.approx(66.75)
-  assert got["targets"] == {"lift": True, "rich_within_1": False, "control_loses_lift": True}
+  assert got["targets"] == {"lift": True, "rich_within_1": False, "rich_not_below": True,
+                            "control_loses_lift": True}
+
+  results[1]["mural"]["en/mR"] = 53  # En (81+53)/2 = 67, rich mean 63.75: 1.25 below ALIGN's 65.
+  got = claim.summarize(results, ["en", "de", "sw"], "sw")
+  assert got["rich"]["mural"] == pytest.approx(63.75)
+  assert not got["targets"]["rich_within_1"] and not got["targets"]["rich_not_below"]
