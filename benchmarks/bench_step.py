@@ -57,6 +57,16 @@ What it prints:
                  unoptimised forward gave 0 (seen on an H200, jax 0.11.2);
                  compare samples/s with bench_open_clip.py --device=cuda there;
                  With --dtype=bfloat16 a bf16 matmul is timed too;
+  bandwidth      XLA's bytes accessed by one step (cost_analysis()['bytes
+                 accessed']: every op's operands and results, each op's data
+                 once, as if nothing stayed in cache between ops) over the
+                 step time, and its ratio to the machine's memory bandwidth:
+                 a jitted `a + b` over two [2**25] f32 arrays (3 x 128 MiB
+                 moved; a STREAM "add") timed round robin with the steps as the
+                 matmul is, and the seconds those bytes alone take at that
+                 bandwidth. Near 100%, the step is bound by the bytes its
+                 elementwise passes move, and only moving fewer raises its MFU.
+                 A loop body's bytes are counted once, as its FLOPs are;
   pipeline       samples/s of mural's real tf.data training input
                  (pipeline.build_train_iterator on the built-in synthetic
                  source, same image size, text length and batch, rendered at
@@ -188,10 +198,10 @@ def random_batch(setup, config, seed=0):
   return batch
 
 
-def cost_flops(compiled_or_lowered) -> float:
+def cost_flops(compiled_or_lowered, key="flops") -> float:
   cost = compiled_or_lowered.cost_analysis()
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-  return float(cost.get("flops", 0.0)) if cost else 0.0
+  return float(cost.get(key, 0.0)) if cost else 0.0
 
 
 def peak_rss_bytes() -> int:
@@ -218,6 +228,29 @@ def matmul(dtype):
     return time.perf_counter() - t0
 
   timed()  # Compiles both.
+  return timed
+
+
+STREAM = 2 ** 25  # f32 elements per operand: 128 MiB, far beyond any cache.
+
+
+def stream_add():
+  """A function timing one jitted `a + b` over [STREAM] f32 arrays (STREAM's "add": 2 reads, 1
+  write); its operands are made before and dropped after each call, as matmul()'s are. The sum
+  goes into a's buffer (donated): a new one would time the kernel's page faults too (2.7 against
+  14 GB/s seen in one run)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  operands = jax.jit(lambda: (jnp.full((STREAM,), 1.0, jnp.float32), jnp.full((STREAM,), 2.0, jnp.float32)))
+  f = jax.jit(jnp.add, donate_argnums=0)
+
+  def timed():
+    a, b = jax.block_until_ready(operands())
+    t0 = time.perf_counter()
+    jax.block_until_ready(f(a, b))
+    return time.perf_counter() - t0
+
+  timed()
   return timed
 
 
@@ -410,24 +443,25 @@ def main(argv=None) -> None:
   lower_s, compile_s = t1 - t0, t2 - t1
   print(f"params: {n_params / 1e6:.2f} M; trace + lower {lower_s:.1f} s, compile {compile_s:.1f} s")
 
-  # ---- Timed steps, each followed by a timed matmul (the peak). --------------
-  matmuls = {"f32": matmul(jnp.float32)}
+  # ---- Timed steps, each followed by a timed matmul (the peak) and `a + b` (bandwidth).
+  probes = {"f32": matmul(jnp.float32), "stream": stream_add()}
   if args.dtype == "bfloat16":
-    matmuls["bf16"] = matmul(jnp.bfloat16)
+    probes["bf16"] = matmul(jnp.bfloat16)
   for _ in range(args.warmup):
     state, metrics = compiled(state, batch)
     jax.block_until_ready((state, metrics))
-  times, mm_times = [], {k: [] for k in matmuls}
+  times, mm_times = [], {k: [] for k in probes}
   for _ in range(args.steps):
     t0 = time.perf_counter()
     state, metrics = compiled(state, batch)
     jax.block_until_ready((state, metrics))
     times.append(time.perf_counter() - t0)
-    for k, timed in matmuls.items():
+    for k, timed in probes.items():
       mm_times[k].append(timed())
   rss = peak_rss_bytes()
   # The analyses after the peak is read, so that their traces are not counted in it.
   xla_flops = cost_flops(compiled)
+  xla_bytes = cost_flops(compiled, "bytes accessed")
   mem = compiled.memory_analysis()
   # Cross-check: 3 x the forward (+ losses) FLOPs, from the unoptimised HLO (no compile).
   fwd = jax.jit(lambda p, bs, b, r: system_lib.task_losses(setup.model, setup.tasks, p, bs, b, r)[0])
@@ -468,6 +502,16 @@ def main(argv=None) -> None:
         f"{'--peak_gflops' if args.peak_gflops else 'the measured matmul'} "
         f"({peak / 1e9:.1f} GFLOP/s); by 3 x forward: {3 * fwd_flops / step_s / peak:.1%}")
 
+  bw = 3 * STREAM * 4 / statistics.median(mm_times["stream"])
+  bytes_rate = xla_bytes / step_s
+  result_bw = {"xla_gbytes": round(xla_bytes / 1e9, 2), "bytes_gbs": round(bytes_rate / 1e9, 2),
+               "stream_gbs": round(bw / 1e9, 2), "bandwidth_use": round(bytes_rate / bw, 4)}
+  if xla_bytes:
+    print(f"XLA bytes accessed/step: {xla_bytes / 1e9:.1f} GB; {bytes_rate / 1e9:.1f} GB/s = "
+          f"{bytes_rate / bw:.0%} of the measured memory bandwidth ({bw / 1e9:.1f} GB/s, `a + b` over "
+          f"[{STREAM}] f32, one after each timed step); every byte at that bandwidth alone: "
+          f"{xla_bytes / bw:.2f} s/step")
+
   # ---- Input pipeline. ---------------------------------------------------------
   result_pipe = {}
   if args.pipeline_batches > 0:
@@ -497,7 +541,7 @@ def main(argv=None) -> None:
       "device_peak_gib": round(device_peak / 2**30, 3) if device_peak is not None else None,
       "xla_temp_gib": round(mem.temp_size_in_bytes / 2**30, 3) if mem is not None else None,
       "xla_gflop": round(xla_flops / 1e9, 2), "fwd3_gflop": round(3 * fwd_flops / 1e9, 2),
-      "gflops": round(rate / 1e9, 2), "matmul_f32_gflops": round(mm_rate / 1e9, 2),
+      "gflops": round(rate / 1e9, 2), "matmul_f32_gflops": round(mm_rate / 1e9, 2), **result_bw,
       "matmul_s_all": [round(t, 4) for t in mm_times["f32"]],
       "peak_gflops": round(peak / 1e9, 2), "mfu": round(rate / peak, 4),
       "mfu_fwd3": round(3 * fwd_flops / step_s / peak, 4), "loss": loss,
