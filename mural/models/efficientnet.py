@@ -156,7 +156,11 @@ def _taps(x, kernel: int, stride: int):
                                   same_padding(width, kernel, stride))
   out_h, out_w = -(-height // stride), -(-width // stride)
   if stride == 1:
-    x = jnp.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)))
+    # The barrier keeps XLA from fusing x's producer into every tap (or, for the centre
+    # tap, slice(pad(x)) back into x's producer): x is written out padded once, and the
+    # k * k taps read only that (norm + swish -> 5x5 conv forward at [128, 16, 16, 240]:
+    # 22.8 -> 15.7 ms on 2 cores).
+    x = lax.optimization_barrier(jnp.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0))))
     for i in range(kernel):
       for j in range(kernel):
         yield i, j, lax.slice(x, (0, i, j, 0), (b, i + out_h, j + out_w, c))
