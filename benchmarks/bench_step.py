@@ -198,7 +198,8 @@ def random_batch(setup, config, seed=0):
   return batch
 
 
-def cost_flops(compiled_or_lowered, key="flops") -> float:
+def xla_cost(compiled_or_lowered, key="flops") -> float:
+  """One figure of XLA's cost analysis ("flops", "bytes accessed"); 0 where it has none."""
   cost = compiled_or_lowered.cost_analysis()
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
   return float(cost.get(key, 0.0)) if cost else 0.0
@@ -237,8 +238,8 @@ STREAM = 2 ** 25  # f32 elements per operand: 128 MiB, far beyond any cache.
 def stream_add():
   """A function timing one jitted `a + b` over [STREAM] f32 arrays (STREAM's "add": 2 reads, 1
   write); its operands are made before and dropped after each call, as matmul()'s are. The sum
-  goes into a's buffer (donated): a new one would time the kernel's page faults too (2.7 against
-  14 GB/s seen in one run)."""
+  goes into a's buffer (donated): a new one would time its pages' first faults too (14-17 GB/s
+  measured so on the Xeon, against 35-38 donated)."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   operands = jax.jit(lambda: (jnp.full((STREAM,), 1.0, jnp.float32), jnp.full((STREAM,), 2.0, jnp.float32)))
@@ -450,22 +451,22 @@ def main(argv=None) -> None:
   for _ in range(args.warmup):
     state, metrics = compiled(state, batch)
     jax.block_until_ready((state, metrics))
-  times, mm_times = [], {k: [] for k in probes}
+  times, probe_times = [], {k: [] for k in probes}
   for _ in range(args.steps):
     t0 = time.perf_counter()
     state, metrics = compiled(state, batch)
     jax.block_until_ready((state, metrics))
     times.append(time.perf_counter() - t0)
     for k, timed in probes.items():
-      mm_times[k].append(timed())
+      probe_times[k].append(timed())
   rss = peak_rss_bytes()
   # The analyses after the peak is read, so that their traces are not counted in it.
-  xla_flops = cost_flops(compiled)
-  xla_bytes = cost_flops(compiled, "bytes accessed")
+  xla_flops = xla_cost(compiled)
+  xla_bytes = xla_cost(compiled, "bytes accessed")
   mem = compiled.memory_analysis()
   # Cross-check: 3 x the forward (+ losses) FLOPs, from the unoptimised HLO (no compile).
   fwd = jax.jit(lambda p, bs, b, r: system_lib.task_losses(setup.model, setup.tasks, p, bs, b, r)[0])
-  fwd_flops = cost_flops(fwd.lower(state.params, state.batch_stats, batch, jax.random.key(0)))
+  fwd_flops = xla_cost(fwd.lower(state.params, state.batch_stats, batch, jax.random.key(0)))
   loss = float(metrics["loss"])
   step_s = statistics.median(times)
   samples_s = args.batch / step_s
@@ -483,13 +484,13 @@ def main(argv=None) -> None:
           f"aliased {mem.alias_size_in_bytes / 2**30:.2f} GiB")
 
   # ---- FLOPs and the matmul peak. ---------------------------------------------
-  mm_s = statistics.median(mm_times["f32"])
+  mm_s = statistics.median(probe_times["f32"])
   mm_rate = 2.0 * MATMUL ** 3 / mm_s
-  print(f"matmul f32 [{MATMUL}]^2: median {mm_s:.3f} s (min {min(mm_times['f32']):.3f}) = "
+  print(f"matmul f32 [{MATMUL}]^2: median {mm_s:.3f} s (min {min(probe_times['f32']):.3f}) = "
         f"{mm_rate / 1e9:.1f} GFLOP/s (measured peak, one after each timed step)")
   result_bf16 = {}
-  if "bf16" in mm_times:
-    brate = 2.0 * MATMUL ** 3 / statistics.median(mm_times["bf16"])
+  if "bf16" in probe_times:
+    brate = 2.0 * MATMUL ** 3 / statistics.median(probe_times["bf16"])
     print(f"matmul bf16 [{MATMUL}]^2: {brate / 1e9:.1f} GFLOP/s")
     result_bf16 = {"matmul_bf16_gflops": round(brate / 1e9, 2)}
   peak = args.peak_gflops * 1e9 if args.peak_gflops else mm_rate
@@ -502,7 +503,7 @@ def main(argv=None) -> None:
         f"{'--peak_gflops' if args.peak_gflops else 'the measured matmul'} "
         f"({peak / 1e9:.1f} GFLOP/s); by 3 x forward: {3 * fwd_flops / step_s / peak:.1%}")
 
-  bw = 3 * STREAM * 4 / statistics.median(mm_times["stream"])
+  bw = 3 * STREAM * 4 / statistics.median(probe_times["stream"])
   bytes_rate = xla_bytes / step_s
   result_bw = {"xla_gbytes": round(xla_bytes / 1e9, 2), "bytes_gbs": round(bytes_rate / 1e9, 2),
                "stream_gbs": round(bw / 1e9, 2), "bandwidth_use": round(bytes_rate / bw, 4)}
@@ -542,7 +543,7 @@ def main(argv=None) -> None:
       "xla_temp_gib": round(mem.temp_size_in_bytes / 2**30, 3) if mem is not None else None,
       "xla_gflop": round(xla_flops / 1e9, 2), "fwd3_gflop": round(3 * fwd_flops / 1e9, 2),
       "gflops": round(rate / 1e9, 2), "matmul_f32_gflops": round(mm_rate / 1e9, 2), **result_bw,
-      "matmul_s_all": [round(t, 4) for t in mm_times["f32"]],
+      "matmul_s_all": [round(t, 4) for t in probe_times["f32"]],
       "peak_gflops": round(peak / 1e9, 2), "mfu": round(rate / peak, 4),
       "mfu_fwd3": round(3 * fwd_flops / step_s / peak, 4), "loss": loss,
       **result_bf16, **result_pipe, **result_prof}))
