@@ -159,7 +159,7 @@ def _taps(x, kernel: int, stride: int):
     # The barrier keeps XLA from fusing x's producer into every tap (or, for the centre
     # tap, slice(pad(x)) back into x's producer): x is written out padded once, and the
     # k * k taps read only that (norm + swish -> 5x5 conv forward at [128, 16, 16, 240]:
-    # 22.8 -> 15.7 ms on 2 cores).
+    # 22.8 -> 15.7 ms on 2 cores; bench_step.py's bytes accessed 48.8 -> 48.1 GB a step).
     x = lax.optimization_barrier(jnp.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0))))
     for i in range(kernel):
       for j in range(kernel):
