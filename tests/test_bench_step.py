@@ -1,4 +1,4 @@
-"""benchmarks/bench_step.py's config: its flags reach the ordinary config (no JAX step is run)."""
+"""benchmarks/bench_step.py: its flags reach the ordinary config, and the XLA cost figures it reads."""
 
 from conftest import load_benchmark
 
@@ -14,3 +14,15 @@ def test_no_dropout_clears_every_dropout_and_keeps_the_rest():
           plain.model.image.stochastic_depth_rate) == (0.0, 0.0, 0.0)
   for c in (default, plain):
     assert (c.tasks.i2t.batch_size, c.data.image_size, c.model.text.num_layers) == (128, 128, 4)
+
+
+def test_xla_cost_reads_flops_and_bytes_of_a_dot():
+  """The MFU and bandwidth lines rest on these two figures: a [4, 8] @ [8, 16] f32 dot is
+  2 * 4 * 8 * 16 FLOPs and moves its operands and result once, (32 + 128 + 64) * 4 bytes."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  bench = load_benchmark("bench_step")
+  compiled = jax.jit(jnp.dot).lower(jnp.ones((4, 8)), jnp.ones((8, 16))).compile()
+  assert bench.xla_cost(compiled) == 2 * 4 * 8 * 16
+  assert bench.xla_cost(compiled, "bytes accessed") == (32 + 128 + 64) * 4
+  assert bench.xla_cost(compiled, "no such figure") == 0.0

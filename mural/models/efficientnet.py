@@ -331,9 +331,8 @@ def _norm_act_depthwise_fwd(x, scale, bias, kernel, epsilon, stride, dtype):
 
 def _norm_act_depthwise_bwd(epsilon, stride, dtype, residuals, g):
   x, scale, bias, mean, inv, kernel = residuals
-  # The forward's activation, bit for bit (_norm_act_forward), from a chunk of x.
-  activation = lambda xc: nn.swish((xc.astype(mean.dtype) - mean) * (inv * scale)
-                                   + bias).astype(dtype)
+  # The forward's activation, bit for bit, from a chunk of x.
+  activation = lambda xc: _normalize_act(xc, mean, inv, scale, bias, True, dtype)
   dy = _depthwise_input_grad(g, kernel, stride, x.shape[1], x.shape[2])
   dk = _depthwise_kernel_grad(x, g, kernel, stride, activation)
   no_stats = jnp.zeros_like(mean)  # The op's statistics feed no loss.
@@ -448,11 +447,15 @@ def _swish_derivative(y):
   return s * (1 + y * (1 - s))
 
 
+def _normalize_act(x, mean, inv, scale, bias, swish, dtype):
+  y = (x.astype(mean.dtype) - mean) * (inv * scale) + bias
+  return (nn.swish(y) if swish else y).astype(dtype)
+
+
 def _norm_act_forward(x, scale, bias, epsilon, swish, dtype):
   mean, var = _batch_stats(x)
   inv = lax.rsqrt(var + epsilon)
-  y = (x.astype(mean.dtype) - mean) * (inv * scale) + bias
-  return ((nn.swish(y) if swish else y).astype(dtype), mean, var), inv
+  return (_normalize_act(x, mean, inv, scale, bias, swish, dtype), mean, var), inv
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
