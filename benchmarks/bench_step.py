@@ -140,7 +140,11 @@ def parse_args(argv):
   p.add_argument("--pipeline_batches", type=int, default=20, help="timed input batches; 0: skip")
   p.add_argument("--profile", default="", help="directory for a jax.profiler trace of one step")
   p.add_argument("--top", type=int, default=25, help="ops listed by --profile")
-  return p.parse_args(argv)
+  args = p.parse_args(argv)
+  for name, least in (("steps", 1), ("warmup", 0), ("pipeline_batches", 0), ("top", 1)):
+    if getattr(args, name) < least:  # Before the minute of building and compiling, not after.
+      p.error(f"--{name} must be >= {least}, got {getattr(args, name)}")
+  return args
 
 
 def make_config(args):

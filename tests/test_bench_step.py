@@ -1,5 +1,7 @@
 """benchmarks/bench_step.py: its flags reach the ordinary config, and the XLA cost figures it reads."""
 
+import pytest
+
 from conftest import load_benchmark
 
 
@@ -26,3 +28,12 @@ def test_xla_cost_reads_flops_and_bytes_of_a_dot():
   assert bench.xla_cost(compiled) == 2 * 4 * 8 * 16
   assert bench.xla_cost(compiled, "bytes accessed") == (32 + 128 + 64) * 4
   assert bench.xla_cost(compiled, "no such figure") == 0.0
+
+
+def test_counts_below_their_least_are_a_clear_error(capsys):
+  bench = load_benchmark("bench_step")
+  for flag in ("--steps=0", "--warmup=-1", "--pipeline_batches=-2"):
+    with pytest.raises(SystemExit):
+      bench.parse_args([flag])
+    assert f"{flag.split('=')[0]} must be >= " in capsys.readouterr().err
+  assert bench.parse_args(["--steps=1", "--warmup=0", "--pipeline_batches=0"]).steps == 1
