@@ -1,4 +1,4 @@
-"""benchmarks/bench_step.py: its flags reach the ordinary config, and the XLA cost figures it reads."""
+"""benchmarks/bench_step.py: its flags reach the ordinary config, bad counts are a clear error, and the XLA cost figures it reads."""
 
 import pytest
 
