@@ -25,6 +25,8 @@ setuptools.setup(
     version="0.1.0",
     description="Multilingual image-text dual encoders (MURAL, ALIGN) in JAX/Flax.",
     packages=setuptools.find_packages(include=["mural", "mural.*"]),
+    # C++ sources that mural.kernels compiles on first use.
+    package_data={"mural.kernels": ["*.cc"]},
     python_requires=">=3.10",
     install_requires=INSTALL_REQUIRES,
     # img2dataset: tests write shards with its own writer classes (tests/test_img2dataset.py).

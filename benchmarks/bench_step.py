@@ -124,7 +124,7 @@ def parse_args(argv):
   p.add_argument("--text_len", type=int, default=32)
   p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
                  help="config.model.dtype: compute dtype of the towers (params stay float32)")
-  p.add_argument("--conv_impl", default="auto", choices=["auto", "xla", "fast"],
+  p.add_argument("--conv_impl", default="auto", choices=["auto", "xla", "fast", "native"],
                  help="config.model.image.conv_impl")
   p.add_argument("--norm_impl", default="auto", choices=["auto", "flax", "fused"],
                  help="config.model.image.norm_impl (batch norm + swish)")

@@ -1,10 +1,10 @@
-"""EfficientNet conv implementations ('xla', 'fast', 'auto') are one function.
+"""EfficientNet conv implementations ('xla', 'fast', 'native', 'auto') are one function.
 
 Outputs and gradients (w.r.t. params and inputs) of 'fast' are compared with
 'xla' (lax.conv_general_dilated, as nn.Conv), to 1e-5 in float32, on every
 depthwise kernel size and stride of the B0 table with odd, even and 1-pixel
 sizes, and on the pointwise, squeeze-excite and stem convs; then the whole
-tiny EfficientNet in training mode (batch stats). 'auto' is 'fast' on the CPU:
+tiny EfficientNet in training mode (batch stats), 'native' too. 'auto' is 'native' on the CPU:
 its programs are checked to be the same. The param trees are the same, and
 the same as nn.Conv's, so a checkpoint of one implementation loads into the
 other. Everything is compiled as few times as possible: CPU compiles dominate.
@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from mural import config_lib
+from mural import kernels
 from mural.models import efficientnet
 
 
@@ -47,10 +48,17 @@ def shapes_and_names(variables):
           for path, x in leaves}
 
 
-def test_auto_is_fast_on_cpu_and_bad_values_name_the_config_field():
+def test_auto_is_native_on_cpu_and_bad_values_name_the_config_field(monkeypatch):
   assert jax.default_backend() == "cpu"
-  assert efficientnet.resolve_conv_impl("auto") == "fast"
-  assert [efficientnet.resolve_conv_impl(i) for i in ("xla", "fast")] == ["xla", "fast"]
+  # This project's machines have a C++ compiler: the kernels must build (tests/test_kernels.py).
+  assert efficientnet.resolve_conv_impl("auto") == "native", kernels.unavailable_reason()
+  impls = ("xla", "fast", "native")
+  assert [efficientnet.resolve_conv_impl(i) for i in impls] == list(impls)
+  with monkeypatch.context() as m:  # Without the kernels: 'auto' is 'fast', 'native' an error.
+    m.setattr(kernels, "_load", lambda: "no C++ compiler")
+    assert efficientnet.resolve_conv_impl("auto") == "fast"
+    with pytest.raises(config_lib.ConfigError, match=r"'native' .*\(no C\+\+ compiler\)"):
+      efficientnet.resolve_conv_impl("native")
   for bad in ("XLA", "onednn", None):
     with pytest.raises(config_lib.ConfigError, match=r"^config\.model\.image\.conv_impl: "):
       efficientnet.check_conv_impl(bad)
@@ -320,10 +328,15 @@ def test_tiny_efficientnet_train_step_matches_xla(tiny_variables, dtype=jnp.floa
                            variables["batch_stats"]["stem_bn"]["mean"])
     tol, floor = (1e-5, 1e-10) if dtype == jnp.float64 else (5e-5, 1e-4)
     assert_trees_close(got, expected, tol, floor)
-    # 'auto' is 'fast' and 'fused' here: the same program.
     jaxpr = lambda impl, norm: str(jax.make_jaxpr(functools.partial(
         _train_step, _tiny(impl, dtype, norm)))(variables, images, weights))
-    assert jaxpr("auto", "auto") == jaxpr("fast", "fused")
+    if dtype == jnp.float32:  # The C++ kernels (float32 only) in six of the seven blocks.
+      native = jaxpr("native", "fused")
+      assert native.count("mural_norm_act_depthwise_fwd") == 6, native
+      assert_trees_close(step(_tiny("native", dtype, norm="fused"), variables, images, weights),
+                         expected, tol, floor)
+    # 'auto' is 'native' and 'fused' here: the same program.
+    assert jaxpr("auto", "auto") == jaxpr("native", "fused")
 
 
 def test_depthwise_grad_loop_takes_every_devices_share_per_step():

@@ -15,8 +15,12 @@ parameters (`conv_impl`, config.model.image.conv_impl):
           convs as one matmul and other convs as patches @ kernel: XLA's CPU
           convolutions are several times slower than these (project issue 9,
           jax-ml/jax#23713, openxla/xla#34273; benchmarks/bench_convs.py);
-  'auto'  'fast' where the default backend is the CPU, else 'xla'.
-A checkpoint saved with one loads into the other.
+  'native' 'fast', and with 'fused' norms a block's expand norm + swish +
+          depthwise conv in float32 by mural's C++ kernels (mural/kernels, built
+          on first use; native_norm_act_depthwise_conv): the CPU only;
+  'auto'  'native' where the default backend is the CPU and the kernels build,
+          'fast' where they do not, else 'xla'.
+A checkpoint saved with one loads into the others.
 
 Batch norm and the swish after it likewise (`norm_impl`, config.model.image.norm_impl):
   'flax'  nn.BatchNorm then nn.swish, autodiff'd;
@@ -38,6 +42,7 @@ from jax import lax
 import jax.numpy as jnp
 
 from mural import config_lib
+from mural import kernels
 from mural.models import remat
 
 # (width, depth, resolution, dropout) per variant, from the reference.
@@ -96,7 +101,7 @@ CONV = (None, None, "conv_in", "conv_out")  # Logical names of a conv kernel.
 DEPTHWISE = (None, None, None, "conv_out")  # Depthwise kernel: one input channel per group.
 
 
-CONV_IMPLS = ("auto", "xla", "fast")
+CONV_IMPLS = ("auto", "xla", "fast", "native")
 NORM_IMPLS = ("auto", "flax", "fused")
 
 
@@ -119,8 +124,16 @@ def check_conv_impl(impl: str) -> str:
 
 
 def resolve_conv_impl(impl: str) -> str:
-  """'auto' -> 'fast' on the CPU backend, 'xla' elsewhere; others unchanged."""
-  return _resolve(check_conv_impl(impl), "fast", "xla")
+  """'auto' -> 'native' on the CPU backend ('fast' if the kernels cannot be built), 'xla'
+  elsewhere; others unchanged. 'native' off the CPU or without the kernels: ConfigError."""
+  impl = check_conv_impl(impl)
+  on_cpu = jax.default_backend() == "cpu"
+  if impl == "native" and not (on_cpu and kernels.available()):
+    why = kernels.unavailable_reason() if on_cpu else f"the backend is {jax.default_backend()}"
+    raise config_lib.ConfigError(
+        f"config.model.image.conv_impl: 'native' needs mural's C++ kernels on the CPU ({why}); "
+        "'fast' is the same function in XLA ops")
+  return _resolve(impl, "native" if on_cpu and kernels.available() else "fast", "xla")
 
 
 def check_norm_impl(impl: str) -> str:
@@ -344,6 +357,43 @@ def _norm_act_depthwise_bwd(epsilon, stride, dtype, residuals, g):
 norm_act_depthwise_conv.defvjp(_norm_act_depthwise_fwd, _norm_act_depthwise_bwd)
 
 
+def _native_applies(*arrays) -> bool:
+  """The C++ kernels take float32 on one device. Under a mesh of several devices XLA
+  could not split their custom calls over the batch and would gather it whole onto
+  every device, so the XLA ops ('fast') run there instead (on the CPU a mesh of
+  several devices is a test set-up; accelerators run 'xla')."""
+  mesh = jax.sharding.get_abstract_mesh()
+  one_device = mesh is None or mesh.empty or mesh.size == 1
+  return one_device and all(a.dtype == jnp.float32 for a in arrays)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def native_norm_act_depthwise_conv(x, scale, bias, kernel, epsilon: float, stride: int):
+  """norm_act_depthwise_conv in float32 by mural's C++ kernels (mural/kernels): the
+  same function, one pass over memory per image forward and one backward."""
+  return _native_norm_act_depthwise_fwd(x, scale, bias, kernel, epsilon, stride)[0]
+
+
+def _native_norm_act_depthwise_fwd(x, scale, bias, kernel, epsilon, stride):
+  mean, var = _batch_stats(x)
+  inv = lax.rsqrt(var + epsilon)
+  y = kernels.norm_act_depthwise_forward(x, mean, inv, scale, bias, kernel[:, :, 0], stride)
+  return y, (x, scale, bias, mean, inv, kernel)
+
+
+def _native_norm_act_depthwise_bwd(epsilon, stride, residuals, g):
+  del epsilon
+  x, scale, bias, mean, inv, kernel = residuals
+  dz, dk, d_bias, d_scale = kernels.norm_act_depthwise_backward(
+      x, mean, inv, scale, bias, kernel[:, :, 0], g, stride)
+  dx = _norm_input_grad((x - mean) * inv, scale, inv, dz, d_scale, d_bias)
+  return dx, d_scale, d_bias, dk.reshape(kernel.shape)
+
+
+native_norm_act_depthwise_conv.defvjp(_native_norm_act_depthwise_fwd,
+                                      _native_norm_act_depthwise_bwd)
+
+
 def pointwise_conv(x, kernel, stride: int = 1):
   """1x1 SAME conv as one [B*H*W, Cin] @ [Cin, Cout] matmul (a 4-D dot_general is slower)."""
   x = x[:, ::stride, ::stride]  # A 1x1 SAME conv never pads.
@@ -401,7 +451,8 @@ class Conv(nn.Module):
   def __call__(self, inputs):
     """inputs: [B, H, W, Cin], or a NormAct that a 'fast' depthwise conv applies in its own op."""
     k, groups = self.kernel_size, self.feature_group_count
-    fast = resolve_conv_impl(self.impl) == "fast"
+    impl = resolve_conv_impl(self.impl)
+    fast = impl in ("fast", "native")
     channels = (inputs.x if isinstance(inputs, NormAct) else inputs).shape[-1]
     kernel = self.param("kernel", self.kernel_init,
                         (k, k, channels // groups, self.features), self.param_dtype)
@@ -411,8 +462,12 @@ class Conv(nn.Module):
       x, kernel, bias = nn.dtypes.promote_dtype(inputs.x, kernel, bias, dtype=self.dtype)
       if (fast and groups == self.features == channels and k > 1
           and x.dtype == inputs.x.dtype == inputs.dtype):
-        y = norm_act_depthwise_conv(inputs.x, inputs.scale, inputs.bias, kernel, inputs.epsilon,
-                                    self.strides, inputs.dtype)
+        if impl == "native" and _native_applies(inputs.x, inputs.scale, inputs.bias, kernel):
+          y = native_norm_act_depthwise_conv(inputs.x, inputs.scale, inputs.bias, kernel,
+                                             inputs.epsilon, self.strides)
+        else:
+          y = norm_act_depthwise_conv(inputs.x, inputs.scale, inputs.bias, kernel,
+                                      inputs.epsilon, self.strides, inputs.dtype)
         return y if bias is None else y + bias
       inputs = inputs.materialize()
     inputs, kernel, bias = nn.dtypes.promote_dtype(inputs, kernel, bias, dtype=self.dtype)
@@ -487,13 +542,20 @@ def _norm_act_bwd(epsilon, swish, dtype, residuals, cotangents):
   if swish:
     g = g * _swish_derivative(xhat * scale + bias)
   axes = tuple(range(x.ndim - 1))
-  n = x.size // x.shape[-1]
   d_bias = jnp.sum(g, axes)
   d_scale = jnp.sum(g * xhat, axes)
   # Through x directly and through the batch mean and variance; then the statistics'
   # own cotangents (zero when they only feed the running averages).
-  dx = (scale * inv) * (g - d_bias / n - xhat * (d_scale / n)) + (g_mean + 2 * g_var * centred) / n
+  n = x.size // x.shape[-1]
+  dx = _norm_input_grad(xhat, scale, inv, g, d_scale, d_bias) + (g_mean + 2 * g_var * centred) / n
   return dx.astype(x.dtype), d_scale.astype(scale.dtype), d_bias.astype(bias.dtype)
+
+
+def _norm_input_grad(xhat, scale, inv, g, d_scale, d_bias):
+  """A training batch norm's input gradient, through x and the batch mean and variance,
+  given g at its output (before any activation), d_scale = sum(g * xhat), d_bias = sum(g)."""
+  n = xhat.size // xhat.shape[-1]
+  return (scale * inv) * (g - d_bias / n - xhat * (d_scale / n))
 
 
 batch_norm_act.defvjp(_norm_act_fwd, _norm_act_bwd)
@@ -562,7 +624,7 @@ class MBConv(nn.Module):
   bn_momentum: float = 0.99
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
-  conv_impl: str = "auto"  # 'auto' | 'xla' | 'fast': see the module docstring.
+  conv_impl: str = "auto"  # 'auto' | 'xla' | 'fast' | 'native': see the module docstring.
   norm_impl: str = "auto"  # 'auto' | 'flax' | 'fused': see the module docstring.
 
   @nn.compact
@@ -607,7 +669,7 @@ class EfficientNet(nn.Module):
   bn_momentum: float = 0.99
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
-  conv_impl: str = "auto"  # 'auto' | 'xla' | 'fast': see the module docstring.
+  conv_impl: str = "auto"  # 'auto' | 'xla' | 'fast' | 'native': see the module docstring.
   norm_impl: str = "auto"  # 'auto' | 'flax' | 'fused': see the module docstring.
   remat: str = "none"  # Per MBConv block: mural/models/remat.py.
   num_stages: Optional[int] = None  # The first N of B0's 7 stages; None: all (every paper tower).

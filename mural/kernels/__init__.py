@@ -1,0 +1,147 @@
+"""C++ kernels for XLA's CPU runtime, compiled on first use (issue 9).
+
+Why: on the CPU, XLA runs EfficientNet's batch norm + swish + depthwise conv as
+many elementwise and reduction passes, each writing an activation of the
+block's widest shape out to memory, and the train step is bound by those
+bytes (benchmarks/README.md). `norm_act_depthwise.cc` does the op in one pass
+per image, its activation kept in cache. It is built here, with the machine's
+C++ compiler against the FFI headers this jaxlib ships
+(`jax.ffi.include_dir()`), into a cache keyed by the source, the flags, the
+jaxlib and the CPU (it is built for the CPU it runs on), and registered as
+XLA FFI targets.
+
+`available()` says whether the kernels loaded; `unavailable_reason()` why not
+(no compiler, a failed build). `config.model.image.conv_impl` 'auto' uses them
+on the CPU when they load and falls back to the XLA ops ('fast') when not;
+'native' asks for them and is a clear error when they cannot load. Set
+MURAL_KERNEL_CACHE for the cache's folder (default ~/.cache/mural/kernels) and
+CXX for the compiler (default c++).
+"""
+
+import ctypes
+import functools
+import hashlib
+import os
+import pathlib
+import platform
+import subprocess
+import tempfile
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+from absl import logging
+
+SOURCE = pathlib.Path(__file__).with_name("norm_act_depthwise.cc")
+# -fno-trapping-math: GCC vectorises the float -> int conversion of the exp only then.
+FLAGS = ("-O3", "-march=native", "-fno-trapping-math", "-fno-math-errno", "-std=c++17",
+         "-shared", "-fPIC")
+TARGETS = {"mural_norm_act_depthwise_fwd": "MuralNormActDepthwiseForward",
+           "mural_norm_act_depthwise_bwd": "MuralNormActDepthwiseBackward"}
+
+
+def cache_dir() -> pathlib.Path:
+  default = pathlib.Path.home() / ".cache" / "mural" / "kernels"
+  return pathlib.Path(os.environ.get("MURAL_KERNEL_CACHE", default))
+
+
+def _cpu_signature() -> str:
+  """The CPU's model and flags: -march=native code must not run on another CPU."""
+  try:
+    with open("/proc/cpuinfo") as f:
+      lines = [l for l in f if l.startswith(("model name", "flags"))]
+    return "".join(sorted(set(lines)))
+  except OSError:
+    return platform.processor()
+
+
+def build(source: pathlib.Path = SOURCE, directory: Optional[pathlib.Path] = None,
+          compiler: Optional[str] = None) -> pathlib.Path:
+  """Returns the shared library of `source`, compiling it unless the cache has it.
+
+  Raises RuntimeError with the compiler's message when it cannot be built. The
+  library is written under a temporary name and renamed, so processes that build
+  at once (pytest's workers) never load half a file.
+  """
+  directory = directory or cache_dir()
+  compiler = compiler or os.environ.get("CXX", "c++")
+  include = jax.ffi.include_dir()
+  key = hashlib.sha256("\n".join(
+      [source.read_text(), compiler, " ".join(FLAGS), jax.__version__,
+       pathlib.Path(include, "xla/ffi/api/c_api.h").read_text(), _cpu_signature()]).encode())
+  library = directory / f"{source.stem}-{key.hexdigest()[:16]}.so"
+  if library.exists():
+    return library
+  directory.mkdir(parents=True, exist_ok=True)
+  with tempfile.NamedTemporaryFile(dir=directory, suffix=".so.tmp", delete=False) as tmp:
+    partial = pathlib.Path(tmp.name)
+  try:
+    command = [compiler, *FLAGS, f"-I{include}", str(source), "-o", str(partial)]
+    try:
+      done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as e:
+      raise RuntimeError(f"cannot run the C++ compiler {compiler!r}: {e}") from e
+    if done.returncode:
+      raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
+    os.replace(partial, library)
+  finally:
+    partial.unlink(missing_ok=True)
+  return library
+
+
+@functools.cache
+def _load() -> Optional[str]:
+  """Builds, loads and registers the kernels once per process: None, or why not."""
+  try:
+    library = ctypes.cdll.LoadLibrary(str(build()))
+    for target, symbol in TARGETS.items():
+      jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(library, symbol)),
+                                  platform="cpu")
+  except (RuntimeError, OSError, AttributeError) as e:
+    logging.warning("mural's C++ kernels are not available (%s); the XLA ops run instead.", e)
+    return str(e)
+  return None
+
+
+def available() -> bool:
+  return _load() is None
+
+
+def unavailable_reason() -> Optional[str]:
+  return _load()
+
+
+def _check():
+  if not available():
+    raise RuntimeError(f"mural's C++ kernels are not available: {unavailable_reason()}")
+
+
+def norm_act_depthwise_forward(x, mean, inv, scale, bias, kernel, stride: int):
+  """depthwise_conv(swish((x - mean) * (inv * scale) + bias), kernel, stride), SAME.
+
+  x [B, H, W, C] float32; mean, inv, scale, bias [C]; kernel [K, K, C].
+  """
+  _check()
+  b, h, w, c = x.shape
+  out = jax.ShapeDtypeStruct((b, -(-h // stride), -(-w // stride), c), jnp.float32)
+  call = jax.ffi.ffi_call("mural_norm_act_depthwise_fwd", out, vmap_method="sequential")
+  return call(x, mean, inv, scale, bias, kernel, stride=stride)
+
+
+def norm_act_depthwise_backward(x, mean, inv, scale, bias, kernel, grad, stride: int):
+  """The forward's backward up to the norm: (dz, dkernel, sum(dz), sum(dz * xhat)).
+
+  dz [B, H, W, C] is the gradient at z = (x - mean) * (inv * scale) + bias, the
+  norm's output before swish; xhat = (x - mean) * inv. The kernel returns the kernel
+  gradient and the sums per image, and they are summed over the batch here.
+  """
+  _check()
+  b, _, _, c = x.shape
+  k = kernel.shape[0]
+  shapes = (jax.ShapeDtypeStruct(x.shape, jnp.float32),
+            jax.ShapeDtypeStruct((b, k * k, c), jnp.float32),
+            jax.ShapeDtypeStruct((b, 2, c), jnp.float32))
+  call = jax.ffi.ffi_call("mural_norm_act_depthwise_bwd", shapes, vmap_method="sequential")
+  dz, dkernel, sums = call(x, mean, inv, scale, bias, kernel, grad, stride=stride)
+  sums = jnp.sum(sums, axis=0)
+  return dz, jnp.sum(dkernel, axis=0).reshape(kernel.shape), sums[0], sums[1]

@@ -1,0 +1,294 @@
+// Training batch norm + swish + depthwise SAME conv as one pass over memory, forward
+// and backward, for XLA's CPU runtime (built and registered by mural/kernels/__init__.py;
+// the maths is mural/models/efficientnet.py's norm_act_depthwise_conv).
+//
+// Why: XLA runs this op as many elementwise and reduction passes, each writing an
+// activation of the block's widest shape out to memory; here each image is read once,
+// its activation lives in a per-thread scratch that stays in cache, and only the
+// result is written. Images are spread over XLA's intra-op thread pool.
+//
+// Layouts: x [B, H, W, C] (NHWC), kernel [K, K, C], y and g [B, H', W', C] with
+// H' = ceil(H / stride); SAME padding as TF/XLA (the odd pixel after). The batch
+// statistics come in (mean, inv = rsqrt(var + eps)), computed by XLA.
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+// exp(x), Cephes' single-precision polynomial (relative error about 1e-7), written
+// so that GCC vectorises the channel loops that call it. NaN passes through.
+inline float Exp(float x) {
+  x = x > 88.0f ? 88.0f : x;
+  x = x < -87.0f ? -87.0f : x;
+  const float n = __builtin_floorf(x * 1.44269504088896341f + 0.5f);
+  float r = x - n * 0.693359375f;
+  r = r + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float two_n;
+  std::memcpy(&two_n, &bits, sizeof(two_n));
+  return p * two_n;
+}
+
+inline float Sigmoid(float z) { return 1.0f / (1.0f + Exp(-z)); }
+
+struct Geometry {
+  int64_t b, h, w, c, k, stride, out_h, out_w, top, left, pad_h, pad_w;
+};
+
+// SAME padding of one axis: (before, padded size).
+void Same(int64_t size, int64_t k, int64_t stride, int64_t* out, int64_t* before,
+          int64_t* padded) {
+  *out = (size + stride - 1) / stride;
+  const int64_t total = std::max<int64_t>((*out - 1) * stride + k - size, 0);
+  *before = total / 2;
+  *padded = size + total;
+}
+
+ffi::Error MakeGeometry(ffi::Buffer<ffi::F32>& x, ffi::Buffer<ffi::F32>& kernel,
+                        int64_t stride, Geometry* g) {
+  auto xd = x.dimensions();
+  auto kd = kernel.dimensions();
+  if (xd.size() != 4 || kd.size() != 3 || kd[0] != kd[1] || kd[2] != xd[3] ||
+      stride < 1) {
+    return ffi::Error::InvalidArgument(
+        "norm_act_depthwise: want x [B, H, W, C], kernel [K, K, C], stride >= 1");
+  }
+  g->b = xd[0], g->h = xd[1], g->w = xd[2], g->c = xd[3], g->k = kd[0], g->stride = stride;
+  Same(g->h, g->k, stride, &g->out_h, &g->top, &g->pad_h);
+  Same(g->w, g->k, stride, &g->out_w, &g->left, &g->pad_w);
+  return ffi::Error::Success();
+}
+
+// Runs body(i) for i in [0, n) on the caller and the pool's other threads: each takes
+// the next index from a shared counter. The state is shared, so a helper that starts
+// after the work is done finds nothing to do and touches nothing of the caller's.
+template <typename Body>
+void ParallelFor(ffi::ThreadPool& pool, int64_t n, const Body& body) {
+  struct State {
+    std::atomic<int64_t> next{0}, done{0};
+    std::mutex mu;
+    std::condition_variable cv;
+  };
+  auto state = std::make_shared<State>();
+  const Body* fn = &body;
+  auto run = [state, n, fn]() {
+    for (int64_t i; (i = state->next.fetch_add(1)) < n;) {
+      (*fn)(i);
+      if (state->done.fetch_add(1) + 1 == n) {
+        std::lock_guard<std::mutex> lock(state->mu);
+        state->cv.notify_all();
+      }
+    }
+  };
+  const int64_t helpers = std::min<int64_t>(pool.num_threads(), n) - 1;
+  for (int64_t t = 0; t < helpers; ++t) {
+    auto task = run;
+    pool.Schedule(std::move(task));
+  }
+  run();
+  std::unique_lock<std::mutex> lock(state->mu);
+  state->cv.wait(lock, [&] { return state->done.load() == n; });
+}
+
+// A per-thread buffer that grows and is kept (no page faults per image).
+float* Scratch(std::vector<float>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+// a = inv * scale per channel, as the XLA forward computes it.
+std::vector<float> NormScale(const float* inv, const float* scale, int64_t c) {
+  std::vector<float> a(c);
+  for (int64_t i = 0; i < c; ++i) a[i] = inv[i] * scale[i];
+  return a;
+}
+
+// The padded activation swish((x - mean) * a + bias) of one image, zeros around it.
+void Activation(const Geometry& g, const float* x, const float* mean, const float* a,
+                const float* bias, float* s) {
+  const int64_t c = g.c, row = g.pad_w * c;
+  std::fill(s, s + g.top * row, 0.0f);
+  std::fill(s + (g.top + g.h) * row, s + g.pad_h * row, 0.0f);
+  for (int64_t u = 0; u < g.h; ++u) {
+    float* srow = s + (g.top + u) * row;
+    std::fill(srow, srow + g.left * c, 0.0f);
+    std::fill(srow + (g.left + g.w) * c, srow + row, 0.0f);
+    for (int64_t v = 0; v < g.w; ++v) {
+      const float* xp = x + (u * g.w + v) * c;
+      float* sp = srow + (g.left + v) * c;
+#pragma GCC ivdep
+      for (int64_t i = 0; i < c; ++i) {
+        const float z = (xp[i] - mean[i]) * a[i] + bias[i];
+        sp[i] = z * Sigmoid(z);
+      }
+    }
+  }
+}
+
+// One pixel of the backward's last pass: dz = ds * swish'(z), and the two row sums.
+void DzPixel(int64_t c, const float* __restrict x, const float* __restrict ds,
+             const float* __restrict mean, const float* __restrict inv,
+             const float* __restrict a, const float* __restrict bias, float* __restrict dz,
+             float* __restrict sums) {
+  for (int64_t ch = 0; ch < c; ++ch) {
+    const float centred = x[ch] - mean[ch];
+    const float z = centred * a[ch] + bias[ch];
+    const float sig = Sigmoid(z);
+    const float d = ds[ch] * (sig * (1.0f + z * (1.0f - sig)));
+    dz[ch] = d;
+    sums[ch] += d;
+    sums[c + ch] += d * (centred * inv[ch]);
+  }
+}
+
+ffi::Error Forward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> mean,
+                   ffi::Buffer<ffi::F32> inv, ffi::Buffer<ffi::F32> scale,
+                   ffi::Buffer<ffi::F32> bias, ffi::Buffer<ffi::F32> kernel,
+                   ffi::ResultBuffer<ffi::F32> y, int64_t stride) {
+  Geometry g;
+  if (auto e = MakeGeometry(x, kernel, stride, &g); e.failure()) return e;
+  const std::vector<float> a = NormScale(inv.typed_data(), scale.typed_data(), g.c);
+  const float *xs = x.typed_data(), *ks = kernel.typed_data();
+  const float *mu = mean.typed_data(), *beta = bias.typed_data();
+  float* ys = y->typed_data();
+  ParallelFor(pool, g.b, [&](int64_t b) {
+    thread_local std::vector<float> buffer;
+    const int64_t c = g.c, row = g.pad_w * c;
+    float* s = Scratch(buffer, g.pad_h * row);
+    Activation(g, xs + b * g.h * g.w * c, mu, a.data(), beta, s);
+    for (int64_t oh = 0; oh < g.out_h; ++oh) {
+      for (int64_t ow = 0; ow < g.out_w; ++ow) {
+        float* out = ys + ((b * g.out_h + oh) * g.out_w + ow) * c;
+        const float* base = s + (oh * g.stride * g.pad_w + ow * g.stride) * c;
+        std::fill(out, out + c, 0.0f);
+        for (int64_t i = 0; i < g.k; ++i) {
+          for (int64_t j = 0; j < g.k; ++j) {
+            const float* sp = base + (i * g.pad_w + j) * c;
+            const float* kp = ks + (i * g.k + j) * c;
+#pragma GCC ivdep
+            for (int64_t ch = 0; ch < c; ++ch) out[ch] += sp[ch] * kp[ch];
+          }
+        }
+      }
+    }
+  });
+  return ffi::Error::Success();
+}
+
+// Given g = dL/dy: dz = dL/dz for z = (x - mean) * a + bias (the norm's output before
+// swish), and per image the kernel gradient and the two sums the norm's backward
+// needs, sum(dz) and sum(dz * xhat) with xhat = (x - mean) * inv. Sums are taken over
+// a row first, then over rows; XLA sums the images.
+ffi::Error Backward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> mean,
+                    ffi::Buffer<ffi::F32> inv, ffi::Buffer<ffi::F32> scale,
+                    ffi::Buffer<ffi::F32> bias, ffi::Buffer<ffi::F32> kernel,
+                    ffi::Buffer<ffi::F32> grad, ffi::ResultBuffer<ffi::F32> dz,
+                    ffi::ResultBuffer<ffi::F32> dkernel, ffi::ResultBuffer<ffi::F32> sums,
+                    int64_t stride) {
+  Geometry g;
+  if (auto e = MakeGeometry(x, kernel, stride, &g); e.failure()) return e;
+  auto gd = grad.dimensions();
+  if (gd.size() != 4 || gd[0] != g.b || gd[1] != g.out_h || gd[2] != g.out_w || gd[3] != g.c) {
+    return ffi::Error::InvalidArgument("norm_act_depthwise: grad is not [B, H', W', C]");
+  }
+  const std::vector<float> a = NormScale(inv.typed_data(), scale.typed_data(), g.c);
+  const float *xs = x.typed_data(), *ks = kernel.typed_data(), *gs = grad.typed_data();
+  const float *mu = mean.typed_data(), *in = inv.typed_data(), *beta = bias.typed_data();
+  float *dzs = dz->typed_data(), *dks = dkernel->typed_data(), *ss = sums->typed_data();
+  const float* as = a.data();
+  ParallelFor(pool, g.b, [&](int64_t b) {
+    thread_local std::vector<float> buffer;
+    const int64_t c = g.c, row = g.pad_w * c, taps = g.k * g.k * c;
+    float* s = Scratch(buffer, 2 * g.pad_h * row + taps + 2 * c);
+    float* ds = s + g.pad_h * row;  // dL/ds over the padded grid.
+    float* dk_row = ds + g.pad_h * row;
+    float* row_sums = dk_row + taps;
+    const float* xb = xs + b * g.h * g.w * c;
+    Activation(g, xb, mu, as, beta, s);
+    std::fill(ds, ds + g.pad_h * row, 0.0f);
+    float* dk = dks + b * taps;
+    std::fill(dk, dk + taps, 0.0f);
+    for (int64_t oh = 0; oh < g.out_h; ++oh) {
+      std::fill(dk_row, dk_row + taps, 0.0f);
+      for (int64_t ow = 0; ow < g.out_w; ++ow) {
+        const float* gp = gs + ((b * g.out_h + oh) * g.out_w + ow) * c;
+        const int64_t offset = (oh * g.stride * g.pad_w + ow * g.stride) * c;
+        for (int64_t i = 0; i < g.k; ++i) {
+          for (int64_t j = 0; j < g.k; ++j) {
+            const int64_t at = offset + (i * g.pad_w + j) * c, tap = (i * g.k + j) * c;
+            const float* sp = s + at;
+            float* dsp = ds + at;
+            const float* kp = ks + tap;
+            float* dkp = dk_row + tap;
+#pragma GCC ivdep
+            for (int64_t ch = 0; ch < c; ++ch) {
+              dsp[ch] += gp[ch] * kp[ch];
+              dkp[ch] += sp[ch] * gp[ch];
+            }
+          }
+        }
+      }
+#pragma GCC ivdep
+      for (int64_t t = 0; t < taps; ++t) dk[t] += dk_row[t];
+    }
+    float* sum_dz = ss + b * 2 * c;  // Then sum(dz * xhat).
+    std::fill(sum_dz, sum_dz + 2 * c, 0.0f);
+    for (int64_t u = 0; u < g.h; ++u) {
+      std::fill(row_sums, row_sums + 2 * c, 0.0f);
+      for (int64_t v = 0; v < g.w; ++v) {
+        DzPixel(c, xb + (u * g.w + v) * c, ds + ((g.top + u) * g.pad_w + g.left + v) * c, mu,
+                in, as, beta, dzs + ((b * g.h + u) * g.w + v) * c, row_sums);
+      }
+#pragma GCC ivdep
+      for (int64_t ch = 0; ch < 2 * c; ++ch) sum_dz[ch] += row_sums[ch];
+    }
+  });
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MuralNormActDepthwiseForward, Forward,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // x
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // mean
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // inv
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // scale
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // bias
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // kernel
+                                  .Ret<ffi::Buffer<ffi::F32>>()  // y
+                                  .Attr<int64_t>("stride"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MuralNormActDepthwiseBackward, Backward,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // x
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // mean
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // inv
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // scale
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // bias
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // kernel
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // grad
+                                  .Ret<ffi::Buffer<ffi::F32>>()  // dz
+                                  .Ret<ffi::Buffer<ffi::F32>>()  // per-image kernel grads
+                                  .Ret<ffi::Buffer<ffi::F32>>()  // per-image sums
+                                  .Attr<int64_t>("stride"));

@@ -1,0 +1,77 @@
+"""mural's C++ kernels (mural/kernels) build, load and compute their op.
+
+native_norm_act_depthwise_conv is checked against the composition it replaces
+(XLA's depthwise conv of swish(batch norm of x), autodiff'd through the batch
+mean and variance) computed in float64: outputs and the gradients w.r.t. x,
+scale, bias and kernel, to 1e-5 of each array's scale, at the kernel sizes and
+strides of the B0 table, odd and even sizes and channel counts that are not a
+multiple of the vector width. The build: its cache, and clear errors.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from mural import kernels
+from mural.models import efficientnet
+
+
+def test_kernels_build_and_load_here():
+  """This project's machines have a C++ compiler, so the kernels must load: a failure here is
+  a broken build, not a missing tool (the reason names the compiler's error)."""
+  assert kernels.available(), kernels.unavailable_reason()
+
+
+def _reference(x, scale, bias, kernel, stride):
+  mean, var = jnp.mean(x, (0, 1, 2)), jnp.var(x, (0, 1, 2))
+  y = jax.nn.swish((x - mean) / jnp.sqrt(var + 1e-3) * scale + bias)
+  return efficientnet.xla_conv(y, kernel, stride, x.shape[-1])
+
+
+@pytest.mark.parametrize("shape,k,stride", [
+    ((2, 8, 8, 20), 3, 1), ((2, 7, 9, 20), 3, 2), ((3, 9, 6, 24), 5, 2), ((2, 5, 7, 16), 5, 1),
+    ((4, 1, 1, 32), 3, 1), ((2, 2, 3, 8), 5, 2)])
+def test_native_norm_act_depthwise_conv_is_the_composition(shape, k, stride):
+  rng = np.random.default_rng(sum(shape) + k + stride)
+  c = shape[-1]
+  args = [rng.normal(size=shape) * 2 + 0.5, rng.normal(size=c) + 1, rng.normal(size=c),
+          rng.normal(size=(k, k, 1, c))]
+  ct = rng.normal(size=(shape[0], -(-shape[1] // stride), -(-shape[2] // stride), c))
+  with jax.enable_x64(True):
+    want, pull = jax.vjp(functools.partial(_reference, stride=stride),
+                         *(jnp.asarray(a) for a in args))
+    want = [want, *pull(jnp.asarray(ct))]
+  op = jax.jit(lambda *a: jax.vjp(functools.partial(
+      efficientnet.native_norm_act_depthwise_conv, epsilon=1e-3, stride=stride), *a))
+  got, pull = op(*(jnp.asarray(a, jnp.float32) for a in args))
+  got = [got, *pull(jnp.asarray(ct, jnp.float32))]
+  for name, g, w in zip(("y", "dx", "d_scale", "d_bias", "d_kernel"), got, want):
+    g, w = np.asarray(g, np.float64), np.asarray(w)
+    assert g.shape == w.shape and g.dtype == np.float64, name
+    np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * np.abs(w).max(), err_msg=name)
+
+
+def test_native_op_propagates_nan():
+  x = np.ones((2, 4, 4, 16), np.float32)
+  x[1, 2, 3, 5] = np.nan
+  c = jnp.ones(16)
+  y = efficientnet.native_norm_act_depthwise_conv(jnp.asarray(x), c, c, jnp.ones((3, 3, 1, 16)),
+                                                  1e-3, 1)
+  assert np.isnan(np.asarray(y)[..., 5]).all() and np.isfinite(np.asarray(y)[..., 4]).all()
+
+
+def test_build_caches_by_source_and_reports_compiler_errors(tmp_path):
+  first = kernels.build(directory=tmp_path)
+  stamp = first.stat().st_mtime_ns
+  assert kernels.build(directory=tmp_path) == first and first.stat().st_mtime_ns == stamp
+  assert [p.name for p in tmp_path.iterdir()] == [first.name]  # No partial files left.
+  with pytest.raises(RuntimeError, match="cannot run the C\\+\\+ compiler 'no-such-c\\+\\+'"):
+    kernels.build(directory=tmp_path / "other", compiler="no-such-c++")
+  broken = tmp_path / "broken.cc"
+  broken.write_text("int main( {\n")
+  with pytest.raises(RuntimeError, match=r"broken\.cc.*failed:\n.*error"):
+    kernels.build(broken, directory=tmp_path)
+  assert not list(tmp_path.rglob("*.tmp")), "a failed build left its partial file"
