@@ -43,6 +43,10 @@ What it prints:
                  counted once (the 'fast' depthwise kernel gradient is a loop
                  over batch chunks: undercounted), and the 'xla' depthwise
                  kernel gradient is counted as the dense conv XLA runs for it;
+                 with 'native' (mural's C++ kernels, custom calls XLA cannot
+                 see into) it is the same step written in XLA ops ('fast'),
+                 lowered but not compiled, and the kernel-free count is
+                 printed beside it;
                  '3 x forward GFLOP' (cost analysis of the step's forward and
                  losses before optimisation, times 3) is printed as a cross-check.
                  Both count dropout's random bits (threefry's integer ops) as
@@ -466,10 +470,19 @@ def main(argv=None) -> None:
   rss = peak_rss_bytes()
   # The analyses after the peak is read, so that their traces are not counted in it.
   xla_flops = xla_cost(compiled)
+  # XLA's cost analysis cannot see into custom calls: with the C++ kernels ('native') the
+  # FLOPs are those of the same step written in XLA ops ('fast'), unoptimised (lowered only).
+  counted = setup
+  if impl == "native":
+    config_xla = config.copy_and_resolve_references()
+    config_xla.model.image.conv_impl = "fast"
+    counted = train.build(config_xla)
+    kernel_free_flops = xla_flops
+    xla_flops = xla_cost(train.jit_train_step(counted).lower(state, batch))
   xla_bytes = xla_cost(compiled, "bytes accessed")
   mem = compiled.memory_analysis()
   # Cross-check: 3 x the forward (+ losses) FLOPs, from the unoptimised HLO (no compile).
-  fwd = jax.jit(lambda p, bs, b, r: system_lib.task_losses(setup.model, setup.tasks, p, bs, b, r)[0])
+  fwd = jax.jit(lambda p, bs, b, r: system_lib.task_losses(counted.model, counted.tasks, p, bs, b, r)[0])
   fwd_flops = xla_cost(fwd.lower(state.params, state.batch_stats, batch, jax.random.key(0)))
   loss = float(metrics["loss"])
   step_s = statistics.median(times)
@@ -502,6 +515,9 @@ def main(argv=None) -> None:
   if jax.default_backend() != "cpu":
     print("note: XLA's cost analysis leaves out convolutions it hands to a library (cuDNN's custom "
           "calls): the GFLOP and MFU below undercount on this backend")
+  if impl == "native":
+    print(f"XLA GFLOP/step: {kernel_free_flops / 1e9:.1f} without the C++ kernels' FLOPs (custom "
+          "calls XLA cannot see into); below, the same step in XLA ops ('fast', unoptimised)")
   print(f"XLA GFLOP/step: {xla_flops / 1e9:.1f} (3 x forward GFLOP: {3 * fwd_flops / 1e9:.1f}); "
         f"achieved {rate / 1e9:.1f} GFLOP/s; MFU {rate / peak:.1%} of "
         f"{'--peak_gflops' if args.peak_gflops else 'the measured matmul'} "
