@@ -330,7 +330,7 @@ def test_tiny_efficientnet_train_step_matches_xla(tiny_variables, dtype=jnp.floa
     assert_trees_close(got, expected, tol, floor)
     jaxpr = lambda impl, norm: str(jax.make_jaxpr(functools.partial(
         _train_step, _tiny(impl, dtype, norm)))(variables, images, weights))
-    if dtype == jnp.float32:  # The C++ kernels (float32 only) in six of the seven blocks.
+    if dtype == jnp.float32:  # The C++ kernels (float32 only) in the six blocks with an expand conv.
       native = jaxpr("native", "fused")
       assert native.count("mural_norm_act_depthwise_fwd") == 6, native
       assert_trees_close(step(_tiny("native", dtype, norm="fused"), variables, images, weights),
@@ -352,3 +352,26 @@ def test_depthwise_grad_loop_takes_every_devices_share_per_step():
       assert efficientnet._batch_chunk(big) == want_big, sizes  # 64 and 3 devices: gcd 1.
       chunk = efficientnet._batch_chunk(small)
       assert chunk % want_big == 0 and 64 % chunk == 0, (sizes, chunk)
+
+
+def test_first_block_applies_the_stem_norm_when_it_has_no_residual():
+  """B0's first block (32 -> 16 channels, no expand conv, no residual) applies the stem's
+  norm + swish in its depthwise conv's op: the C++ kernel then runs in all 16 blocks. At
+  width 0.5 (16 -> 8 channels) the same wiring gives XLA's convs + nn.BatchNorm's loss,
+  features, batch stats and gradients."""
+  b0 = efficientnet.EfficientNet(1.0, 1.0, 0.2, stochastic_depth_rate=0.0, conv_impl="native",
+                                 norm_impl="fused")
+  images = jnp.zeros((2, 32, 32, 3))
+  variables = jax.eval_shape(lambda: b0.init(jax.random.key(0), images, train=False))
+  jaxpr = str(jax.make_jaxpr(lambda v: b0.apply(v, images, train=True, mutable=["batch_stats"]))(
+      variables))
+  assert jaxpr.count("mural_norm_act_depthwise_fwd") == 16
+  net = lambda impl, norm: efficientnet.EfficientNet(0.5, 0.25, 0.2, stochastic_depth_rate=0.0,
+                                                     conv_impl=impl, norm_impl=norm)
+  images = jax.random.normal(jax.random.key(1), (8, 32, 32, 3))
+  variables = net("xla", "flax").init(jax.random.key(0), images, train=False)
+  assert net("xla", "flax").blocks()[0]["in_filters"] != net("xla", "flax").blocks()[0]["out_filters"]
+  weights = jax.random.normal(jax.random.key(2), (net("xla", "flax").output_dim,))
+  step = jax.jit(_train_step, static_argnums=0)
+  assert_trees_close(step(net("native", "fused"), variables, images, weights),
+                     step(net("xla", "flax"), variables, images, weights), 5e-5, 1e-4)

@@ -706,7 +706,13 @@ class EfficientNet(nn.Module):
     conv = functools.partial(_conv, impl=self.conv_impl, **kw)
     x = conv(round_filters(STEM_FILTERS, self.width), CONV, kernel=3, strides=2,
              name="stem_conv")(images)
-    x = _norm(train, self.bn_momentum, "stem_bn", True, self.norm_impl, **kw)(x)
+    # Where the first block starts with its depthwise conv and has no residual (B0-B7), that
+    # conv applies the stem's norm + swish in its own op (norm_act_depthwise_conv), as a
+    # block's expand norm is applied by its own. Not under remat: a NormAct holds Python values.
+    first = self.blocks()[0]
+    defer = (first["expand_ratio"] == 1 and self.remat == "none"
+             and not (first["stride"] == 1 and first["in_filters"] == first["out_filters"]))
+    x = _norm(train, self.bn_momentum, "stem_bn", True, self.norm_impl, defer, **kw)(x)
     block = remat.block(MBConv, self.remat, static_argnums=(2,))  # (self, inputs, train).
     for i, args in enumerate(self.blocks()):
       x = block(**args, bn_momentum=self.bn_momentum, conv_impl=self.conv_impl,
