@@ -75,6 +75,7 @@ def build(source: pathlib.Path = SOURCE, directory: Optional[pathlib.Path] = Non
   directory.mkdir(parents=True, exist_ok=True)
   with tempfile.NamedTemporaryFile(dir=directory, suffix=".so.tmp", delete=False) as tmp:
     partial = pathlib.Path(tmp.name)
+  logging.info("Compiling %s into %s (once per machine and source).", source.name, library)
   try:
     command = [compiler, *FLAGS, f"-I{include}", str(source), "-o", str(partial)]
     try:
