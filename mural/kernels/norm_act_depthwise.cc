@@ -159,6 +159,71 @@ void DzPixel(int64_t c, const float* __restrict x, const float* __restrict ds,
   }
 }
 
+// Channels are taken kLanes at a time (one AVX-512 register of float32), the sums held
+// in registers across the k * k taps; a channel count that is not a multiple falls back
+// to chunks of 8, then 1.
+constexpr int64_t kLanes = 16;
+
+// out[ch] = sum_ij base[i * row + j * c + ch] * kernel[(i * k + j) * c + ch], ch < n.
+template <int64_t n>
+inline void ConvChunk(int64_t k, int64_t row, int64_t c, const float* __restrict base,
+                      const float* __restrict kernel, float* __restrict out) {
+  float acc[n] = {};
+  for (int64_t i = 0; i < k; ++i) {
+    for (int64_t j = 0; j < k; ++j) {
+      const float* sp = base + i * row + j * c;
+      const float* kp = kernel + (i * k + j) * c;
+      for (int64_t l = 0; l < n; ++l) acc[l] += sp[l] * kp[l];
+    }
+  }
+  for (int64_t l = 0; l < n; ++l) out[l] = acc[l];
+}
+
+// One output pixel of the forward: base is the padded activation at its first tap.
+void ConvPixel(const Geometry& g, const float* base, const float* kernel, float* out) {
+  const int64_t c = g.c, row = g.pad_w * c;
+  int64_t c0 = 0;
+  for (; c0 + kLanes <= c; c0 += kLanes) {
+    ConvChunk<kLanes>(g.k, row, c, base + c0, kernel + c0, out + c0);
+  }
+  for (; c0 + 8 <= c; c0 += 8) ConvChunk<8>(g.k, row, c, base + c0, kernel + c0, out + c0);
+  for (; c0 < c; ++c0) ConvChunk<1>(g.k, row, c, base + c0, kernel + c0, out + c0);
+}
+
+// One output row oh of the backward, channels [c0, c0 + n): ds (over the padded grid)
+// gets grad * kernel at each tap, and dk each tap's sum over the row of s * grad.
+template <int64_t n>
+inline void ScatterChunk(const Geometry& g, int64_t oh, int64_t c0, const float* __restrict s,
+                         float* __restrict ds, const float* __restrict grad,
+                         const float* __restrict kernel, float* __restrict dk) {
+  const int64_t c = g.c;
+  for (int64_t i = 0; i < g.k; ++i) {
+    for (int64_t j = 0; j < g.k; ++j) {
+      const int64_t tap = (i * g.k + j) * c + c0;
+      const int64_t at = ((oh * g.stride + i) * g.pad_w + j) * c + c0;
+      float kv[n], acc[n] = {};
+      for (int64_t l = 0; l < n; ++l) kv[l] = kernel[tap + l];
+      for (int64_t ow = 0; ow < g.out_w; ++ow) {
+        const float* gv = grad + ow * c + c0;
+        const int64_t p = at + ow * g.stride * c;
+        for (int64_t l = 0; l < n; ++l) {
+          ds[p + l] += gv[l] * kv[l];
+          acc[l] += s[p + l] * gv[l];
+        }
+      }
+      for (int64_t l = 0; l < n; ++l) dk[tap + l] += acc[l];
+    }
+  }
+}
+
+void ScatterRow(const Geometry& g, int64_t oh, const float* s, float* ds, const float* grad,
+                const float* kernel, float* dk) {
+  int64_t c0 = 0;
+  for (; c0 + kLanes <= g.c; c0 += kLanes) ScatterChunk<kLanes>(g, oh, c0, s, ds, grad, kernel, dk);
+  for (; c0 + 8 <= g.c; c0 += 8) ScatterChunk<8>(g, oh, c0, s, ds, grad, kernel, dk);
+  for (; c0 < g.c; ++c0) ScatterChunk<1>(g, oh, c0, s, ds, grad, kernel, dk);
+}
+
 ffi::Error Forward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> mean,
                    ffi::Buffer<ffi::F32> inv, ffi::Buffer<ffi::F32> scale,
                    ffi::Buffer<ffi::F32> bias, ffi::Buffer<ffi::F32> kernel,
@@ -176,17 +241,8 @@ ffi::Error Forward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ff
     Activation(g, xs + b * g.h * g.w * c, mu, a.data(), beta, s);
     for (int64_t oh = 0; oh < g.out_h; ++oh) {
       for (int64_t ow = 0; ow < g.out_w; ++ow) {
-        float* out = ys + ((b * g.out_h + oh) * g.out_w + ow) * c;
-        const float* base = s + (oh * g.stride * g.pad_w + ow * g.stride) * c;
-        std::fill(out, out + c, 0.0f);
-        for (int64_t i = 0; i < g.k; ++i) {
-          for (int64_t j = 0; j < g.k; ++j) {
-            const float* sp = base + (i * g.pad_w + j) * c;
-            const float* kp = ks + (i * g.k + j) * c;
-#pragma GCC ivdep
-            for (int64_t ch = 0; ch < c; ++ch) out[ch] += sp[ch] * kp[ch];
-          }
-        }
+        ConvPixel(g, s + (oh * g.stride * g.pad_w + ow * g.stride) * c, ks,
+                  ys + ((b * g.out_h + oh) * g.out_w + ow) * c);
       }
     }
   });
@@ -217,37 +273,16 @@ ffi::Error Backward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<f
   ParallelFor(pool, g.b, [&](int64_t b) {
     thread_local std::vector<float> buffer;
     const int64_t c = g.c, row = g.pad_w * c, taps = g.k * g.k * c;
-    float* s = Scratch(buffer, 2 * g.pad_h * row + taps + 2 * c);
+    float* s = Scratch(buffer, 2 * g.pad_h * row + 2 * c);
     float* ds = s + g.pad_h * row;  // dL/ds over the padded grid.
-    float* dk_row = ds + g.pad_h * row;
-    float* row_sums = dk_row + taps;
+    float* row_sums = ds + g.pad_h * row;
     const float* xb = xs + b * g.h * g.w * c;
     Activation(g, xb, mu, as, beta, s);
     std::fill(ds, ds + g.pad_h * row, 0.0f);
     float* dk = dks + b * taps;
     std::fill(dk, dk + taps, 0.0f);
     for (int64_t oh = 0; oh < g.out_h; ++oh) {
-      std::fill(dk_row, dk_row + taps, 0.0f);
-      for (int64_t ow = 0; ow < g.out_w; ++ow) {
-        const float* gp = gs + ((b * g.out_h + oh) * g.out_w + ow) * c;
-        const int64_t offset = (oh * g.stride * g.pad_w + ow * g.stride) * c;
-        for (int64_t i = 0; i < g.k; ++i) {
-          for (int64_t j = 0; j < g.k; ++j) {
-            const int64_t at = offset + (i * g.pad_w + j) * c, tap = (i * g.k + j) * c;
-            const float* sp = s + at;
-            float* dsp = ds + at;
-            const float* kp = ks + tap;
-            float* dkp = dk_row + tap;
-#pragma GCC ivdep
-            for (int64_t ch = 0; ch < c; ++ch) {
-              dsp[ch] += gp[ch] * kp[ch];
-              dkp[ch] += sp[ch] * gp[ch];
-            }
-          }
-        }
-      }
-#pragma GCC ivdep
-      for (int64_t t = 0; t < taps; ++t) dk[t] += dk_row[t];
+      ScatterRow(g, oh, s, ds, gs + (b * g.out_h + oh) * g.out_w * c, ks, dk);
     }
     float* sum_dz = ss + b * 2 * c;  // Then sum(dz * xhat).
     std::fill(sum_dz, sum_dz + 2 * c, 0.0f);
