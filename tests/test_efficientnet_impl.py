@@ -375,3 +375,23 @@ def test_first_block_applies_the_stem_norm_when_it_has_no_residual():
   step = jax.jit(_train_step, static_argnums=0)
   assert_trees_close(step(net("native", "fused"), variables, images, weights),
                      step(net("xla", "flax"), variables, images, weights), 5e-5, 1e-4)
+
+
+def test_native_runs_the_xla_ops_under_a_mesh_of_several_devices_and_in_bf16():
+  """A custom call cannot be split over a sharded batch, and the kernels take float32 only:
+  there 'native' traces to the 'fast' ops (the same function)."""
+  images = jnp.zeros((8, 32, 32, 3))
+
+  def calls(dtype=jnp.float32, mesh=None):
+    net = _tiny("native", dtype, norm="fused")
+    variables = jax.eval_shape(lambda: net.init(jax.random.key(0), images, train=False))
+    train = lambda v: net.apply(v, images, train=True, mutable=["batch_stats"])
+    if mesh is None:
+      return str(jax.make_jaxpr(train)(variables)).count("mural_norm_act_depthwise_fwd")
+    with jax.sharding.use_abstract_mesh(mesh):
+      return str(jax.make_jaxpr(train)(variables)).count("mural_norm_act_depthwise_fwd")
+
+  assert calls() == 6
+  assert calls(mesh=jax.sharding.AbstractMesh((1, 1, 1), ("data", "fsdp", "model"))) == 6
+  assert calls(mesh=jax.sharding.AbstractMesh((8, 1, 1), ("data", "fsdp", "model"))) == 0
+  assert calls(jnp.bfloat16) == 0
