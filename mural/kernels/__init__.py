@@ -3,9 +3,10 @@
 Why: on the CPU, XLA runs EfficientNet's batch norm + swish + depthwise conv as
 many elementwise and reduction passes, each writing an activation of the
 block's widest shape out to memory, and the train step is bound by those
-bytes (benchmarks/README.md). `norm_act_depthwise.cc` does the op in one pass
-per image, its activation kept in cache. It is built here, with the machine's
-C++ compiler against the FFI headers this jaxlib ships
+bytes (benchmarks/README.md). `norm_act_depthwise.cc` does the op image by
+image, its activation kept in a per-thread scratch and never written out. It
+is built here, with the machine's C++ compiler against the FFI headers this
+jaxlib ships
 (`jax.ffi.include_dir()`), into a cache keyed by the source, the flags, the
 jaxlib and the CPU (it is built for the CPU it runs on), and registered as
 XLA FFI targets.
