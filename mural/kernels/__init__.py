@@ -37,6 +37,9 @@ SOURCE = pathlib.Path(__file__).with_name("norm_act_depthwise.cc")
 # -fno-trapping-math: GCC vectorises the float -> int conversion of the exp only then.
 FLAGS = ("-O3", "-march=native", "-fno-trapping-math", "-fno-math-errno", "-std=c++17",
          "-shared", "-fPIC")
+# The backward's tasks: parts of the batch, each summing its kernel gradient over its
+# images (a fixed number, so the sums do not depend on the machine's threads).
+BATCH_PARTS = 32
 TARGETS = {"mural_norm_act_depthwise_fwd": "MuralNormActDepthwiseForward",
            "mural_norm_act_depthwise_bwd": "MuralNormActDepthwiseBackward"}
 
@@ -135,14 +138,16 @@ def norm_act_depthwise_backward(x, mean, inv, scale, bias, kernel, grad, stride:
 
   dz [B, H, W, C] is the gradient at z = (x - mean) * (inv * scale) + bias, the
   norm's output before swish; xhat = (x - mean) * inv. The kernel returns the kernel
-  gradient and the sums per image, and they are summed over the batch here.
+  gradient and the sums of each of BATCH_PARTS parts of the batch (one task each), and
+  they are summed over the parts here.
   """
   _check()
   b, _, _, c = x.shape
   k = kernel.shape[0]
+  parts = min(b, BATCH_PARTS)
   shapes = (jax.ShapeDtypeStruct(x.shape, jnp.float32),
-            jax.ShapeDtypeStruct((b, k * k, c), jnp.float32),
-            jax.ShapeDtypeStruct((b, 2, c), jnp.float32))
+            jax.ShapeDtypeStruct((parts, k * k, c), jnp.float32),
+            jax.ShapeDtypeStruct((parts, 2, c), jnp.float32))
   call = jax.ffi.ffi_call("mural_norm_act_depthwise_bwd", shapes, vmap_method="sequential")
   dz, dkernel, sums = call(x, mean, inv, scale, bias, kernel, grad, stride=stride)
   sums = jnp.sum(sums, axis=0)
