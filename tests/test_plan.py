@@ -47,7 +47,8 @@ def test_plan_on_eight_fake_devices_prints_a_table_and_json():
   assert plan["total_bytes_per_device"] == (plan["argument_bytes_per_device"] + plan["output_bytes_per_device"]
                                             - plan["alias_bytes_per_device"] + plan["temp_bytes_per_device"])
   assert plan["alias_bytes_per_device"] > 0.9 * state  # The donated state is updated in place.
-  assert plan["flops_per_step"] > 1e8 and all(plan["fits"].values())
+  # XLA's count for this step is 5.3e7 (the one text layer runs [CLS] alone): not 0, not a unit off.
+  assert 2e7 < plan["flops_per_step"] < 2e8 and all(plan["fits"].values())
 
 
 def test_devices_flag_errors_are_one_line():

@@ -105,16 +105,19 @@ class Bert(nn.Module):
     attention_mask = nn.make_attention_mask(mask > 0, mask > 0)
     # (self, x, mask, train, first_rows).
     layer = remat.block(EncoderLayer, self.remat, static_argnums=(3, 4))
-    cls = None
-    for i in range(self.num_layers):
-      block = layer(self.num_heads, self.mlp_dim, self.dropout_rate, name=f"layer_{i}", **kw)
-      if i == self.num_layers - 1 and (not train or self.dropout_rate == 0):
-        # [CLS] through the last layer on its own too (same parameters, no dropout draw): a
-        # caller that reads only [CLS] (a dual encoder) leaves the whole-sequence output
-        # unused, and XLA drops it: the last layer runs one query position, not L.
-        cls = block(x, attention_mask, train, 1)[:, 0]
-      x = block(x, attention_mask, train, None)
-    return (x[:, 0] if cls is None else cls), {"sequence": x}
+    for i in range(self.num_layers - 1):
+      x = layer(self.num_heads, self.mlp_dim, self.dropout_rate, name=f"layer_{i}", **kw)(
+          x, attention_mask, train, None)
+    # [CLS] goes through the last layer on its own (one query position), and is position 0
+    # of the whole-sequence output too: a caller that reads only [CLS] (a dual encoder)
+    # leaves the rest unused and XLA drops it, so the last layer runs 1 position, not L.
+    # With dropout the one position draws its own masks, as it would in the whole layer:
+    # no other position's mask reaches [CLS].
+    last = layer(self.num_heads, self.mlp_dim, self.dropout_rate,
+                 name=f"layer_{self.num_layers - 1}", **kw)
+    cls = last(x, attention_mask, train, 1)
+    x = jnp.concatenate([cls, last(x, attention_mask, train, None)[:, 1:]], axis=1)
+    return cls[:, 0], {"sequence": x}
 
 
 def from_config(text_config, dtype, param_dtype) -> Bert:
