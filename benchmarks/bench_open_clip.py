@@ -43,16 +43,15 @@ What it prints, per configuration (the same figures as bench_step.py):
                  after the timed steps (model, optimizer state, activations,
                  allocator caches, the Python / torch runtime);
   device memory  with --device=cuda: torch.cuda.max_memory_allocated;
-  GFLOP/step     torch.utils.flop_counter's count of one step (convs and matmuls,
-                 forward + backward), measured after the timed steps, and GFLOP/s.
-                 Not comparable with bench_step.py's XLA figure: at the defaults
-                 it counts 1423 GFLOP against XLA's 190 for the same towers (3 x
-                 the forward is about 180-190 either way). The counter (torch
-                 2.13) counts one of a depthwise conv's two backward convs as a
-                 dense conv (C times its FLOPs): one 3x3 depthwise conv at
-                 [8, 96, 32, 32] counts 14.2 MFLOP forward (right) and 1387
-                 forward + backward, against 3 x 14.2 = 42.5 (32.7x = (1 + 1 +
-                 96) / 3). So the GFLOP/s column is not arithmetic done;
+  GFLOP/step     3 x torch.utils.flop_counter's count of one forward (convs and
+                 matmuls, the loss included), counted after the timed steps, and
+                 GFLOP/s: bench_step.py's "3 x forward" figure (about 172-190
+                 for the same towers). Not the counter's count of a whole step:
+                 it (torch 2.13) counts one of a depthwise conv's two backward
+                 convs as a dense conv (C times its FLOPs): one 3x3 depthwise
+                 conv at [8, 96, 32, 32] counts 14.2 MFLOP forward (right) and
+                 1387 forward + backward, against 3 x 14.2 = 42.5; the default
+                 towers' step counted 1423 GFLOP;
   torch matmul   GFLOP/s of an f32 [4096]^2 torch.mm (median of --matmul_repeats);
 then a table of all configurations and one JSON line with every figure.
 """
@@ -147,10 +146,14 @@ def run_one(args) -> dict:
     times.append(time.perf_counter() - t0)
   rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
   device_peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+  # The forward's FLOPs, times 3 for the step (bench_step.py's "3 x forward" line): torch's
+  # counter counts a grouped conv's backward as a dense conv's (B0's depthwise backward at
+  # 128 px: 1,313 GFLOP counted against 32 for every conv forward), so it cannot count the step.
   counter = FlopCounterMode(display=False)
-  with counter:
-    step()
-  flops = float(counter.get_total_flops())
+  with counter, torch.no_grad():
+    out = model(images, texts)
+    loss_fn(out["image_features"], out["text_features"], out["logit_scale"])
+  flops = 3 * float(counter.get_total_flops())
   a = torch.randn(4096, 4096, device=device)
   mm = []
   for _ in range(args.matmul_repeats + 1):
@@ -178,7 +181,7 @@ def print_one(r) -> None:
   print(f"[{r['config']}] peak RSS: {r['peak_rss_gib']:.2f} GiB (process, after the timed steps)")
   if r["device_peak_gib"] is not None:
     print(f"[{r['config']}] device memory: peak {r['device_peak_gib']:.2f} GiB allocated")
-  print(f"[{r['config']}] GFLOP/step (torch flop counter): {r['gflop']:.1f}; achieved "
+  print(f"[{r['config']}] GFLOP/step (3 x forward, torch's flop counter): {r['gflop']:.1f}; achieved "
         f"{r['gflops']:.1f} GFLOP/s; torch matmul f32 [4096]^2 {r['torch_matmul_f32_gflops']:.1f} GFLOP/s")
 
 
