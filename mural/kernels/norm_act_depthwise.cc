@@ -307,29 +307,28 @@ ffi::Error Backward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<f
   return ffi::Error::Success();
 }
 
+// The arguments both directions take: the thread pool, x, the norm's mean, inv, scale
+// and bias, and the depthwise kernel.
+auto NormActDepthwiseArgs() {
+  return ffi::Ffi::Bind()
+      .Ctx<ffi::ThreadPool>()
+      .Arg<ffi::Buffer<ffi::F32>>()   // x
+      .Arg<ffi::Buffer<ffi::F32>>()   // mean
+      .Arg<ffi::Buffer<ffi::F32>>()   // inv
+      .Arg<ffi::Buffer<ffi::F32>>()   // scale
+      .Arg<ffi::Buffer<ffi::F32>>()   // bias
+      .Arg<ffi::Buffer<ffi::F32>>();  // kernel
+}
+
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MuralNormActDepthwiseForward, Forward,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // x
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // mean
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // inv
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // scale
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // bias
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // kernel
+                              NormActDepthwiseArgs()
                                   .Ret<ffi::Buffer<ffi::F32>>()  // y
                                   .Attr<int64_t>("stride"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MuralNormActDepthwiseBackward, Backward,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // x
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // mean
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // inv
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // scale
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // bias
-                                  .Arg<ffi::Buffer<ffi::F32>>()  // kernel
+                              NormActDepthwiseArgs()
                                   .Arg<ffi::Buffer<ffi::F32>>()  // grad
                                   .Ret<ffi::Buffer<ffi::F32>>()  // dz
                                   .Ret<ffi::Buffer<ffi::F32>>()  // kernel grads [T, K*K, C]
