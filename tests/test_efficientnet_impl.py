@@ -284,9 +284,11 @@ def test_param_trees_are_identical(tiny_variables):
   assert expected["['params']['block_1']['depthwise_conv']['kernel']"] == (
       (3, 3, 1, 48), jnp.float32, efficientnet.DEPTHWISE)
   assert expected["['params']['stem_conv']['kernel']"][2] == efficientnet.CONV
-  for impl, norm in (("fast", "flax"), ("auto", "auto"), ("xla", "fused")):
-    mine = jax.eval_shape(lambda impl=impl, norm=norm: _tiny(impl, norm=norm).init(
-        jax.random.key(0), jnp.zeros(IMAGES), train=False))
+  for impl, norm, train in (("fast", "flax", False), ("auto", "auto", False),
+                            ("xla", "fused", False), ("native", "fused", True)):
+    # Trained 'native' blocks declare their squeeze-excite's params by ConvWeights.
+    mine = jax.eval_shape(lambda impl=impl, norm=norm, train=train: _tiny(impl, norm=norm).init(
+        jax.random.key(0), jnp.zeros(IMAGES), train=train))
     assert shapes_and_names(mine) == expected, (impl, norm)
 
 
@@ -333,6 +335,8 @@ def test_tiny_efficientnet_train_step_matches_xla(tiny_variables, dtype=jnp.floa
     if dtype == jnp.float32:  # The C++ kernels (float32 only) in the six blocks with an expand conv.
       native = jaxpr("native", "fused")
       assert native.count("mural_norm_act_depthwise_fwd") == 6, native
+      # And in all seven blocks, the depthwise norm + squeeze-excite.
+      assert native.count("mural_excite_fwd") == 7, native
       assert_trees_close(step(_tiny("native", dtype, norm="fused"), variables, images, weights),
                          expected, tol, floor)
     # 'auto' is 'native' and 'fused' here: the same program.

@@ -5,7 +5,9 @@ native_norm_act_depthwise_conv is checked against the composition it replaces
 mean and variance) computed in float64: outputs and the gradients w.r.t. x,
 scale, bias and kernel, to 1e-5 of each array's scale, at the kernel sizes and
 strides of the B0 table, odd and even sizes and channel counts that are not a
-multiple of the vector width. The build: its cache, and clear errors.
+multiple of the vector width. native_norm_act_squeeze_excite likewise, against
+swish(batch norm) then squeeze-excite, with the gradients w.r.t. its four
+squeeze-excite parameters too. The build: its cache, and clear errors.
 """
 
 import functools
@@ -55,6 +57,37 @@ def test_native_norm_act_depthwise_conv_is_the_composition(shape, k, stride):
     np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * np.abs(w).max(), err_msg=name)
 
 
+def _squeeze_excite_reference(y, scale, bias, w_reduce, b_reduce, w_expand, b_expand):
+  mean, var = jnp.mean(y, (0, 1, 2)), jnp.var(y, (0, 1, 2))
+  a = jax.nn.swish((y - mean) / jnp.sqrt(var + 1e-3) * scale + bias)
+  s = jax.nn.swish(jnp.mean(a, (1, 2)) @ w_reduce[0, 0] + b_reduce)
+  return a * jax.nn.sigmoid(s @ w_expand[0, 0] + b_expand)[:, None, None, :]
+
+
+@pytest.mark.parametrize("shape,squeezed", [
+    ((3, 5, 7, 20), 4), ((4, 1, 1, 32), 8), ((2, 8, 8, 40), 10), ((5, 4, 6, 16), 3)])
+def test_native_norm_act_squeeze_excite_is_the_composition(shape, squeezed):
+  rng = np.random.default_rng(sum(shape) + squeezed)
+  c = shape[-1]
+  args = [rng.normal(size=shape) * 2 + 0.5, rng.normal(size=c) + 1, rng.normal(size=c),
+          rng.normal(size=(1, 1, c, squeezed)), rng.normal(size=squeezed),
+          rng.normal(size=(1, 1, squeezed, c)), rng.normal(size=c)]
+  ct = rng.normal(size=shape)
+  with jax.enable_x64(True):
+    want, pull = jax.vjp(_squeeze_excite_reference, *(jnp.asarray(a) for a in args))
+    want = [want, *pull(jnp.asarray(ct))]
+  op = jax.jit(lambda *a: jax.vjp(lambda *b: efficientnet.native_norm_act_squeeze_excite(
+      *b, epsilon=1e-3), *a))
+  got, pull = op(*(jnp.asarray(a, jnp.float32) for a in args))
+  got = [got, *pull(jnp.asarray(ct, jnp.float32))]
+  names = ("out", "dy", "d_scale", "d_bias", "d_w_reduce", "d_b_reduce", "d_w_expand",
+           "d_b_expand")
+  for name, g, w in zip(names, got, want, strict=True):
+    g, w = np.asarray(g, np.float64), np.asarray(w)
+    assert g.shape == w.shape and g.dtype == np.float64, name
+    np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * np.abs(w).max(), err_msg=name)
+
+
 def test_native_op_propagates_nan():
   x = np.ones((2, 4, 4, 16), np.float32)
   x[1, 2, 3, 5] = np.nan
@@ -62,6 +95,11 @@ def test_native_op_propagates_nan():
   y = efficientnet.native_norm_act_depthwise_conv(jnp.asarray(x), c, c, jnp.ones((3, 3, 1, 16)),
                                                   1e-3, 1)
   assert np.isnan(np.asarray(y)[..., 5]).all() and np.isfinite(np.asarray(y)[..., 4]).all()
+  # Through the squeeze-excite: channel 5's batch statistics reach every image's pool,
+  # and the squeeze's matmul every gate.
+  w = jnp.ones((1, 1, 16, 16))
+  y = efficientnet.native_norm_act_squeeze_excite(jnp.asarray(x), c, c, w, c, w, c, 1e-3)
+  assert np.isnan(np.asarray(y)).all()
 
 
 def test_build_caches_by_source_and_reports_compiler_errors(tmp_path):

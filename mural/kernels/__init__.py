@@ -4,8 +4,9 @@ Why: on the CPU, XLA runs EfficientNet's batch norm + swish + depthwise conv as
 many elementwise and reduction passes, each writing an activation of the
 block's widest shape out to memory, and the train step is bound by those
 bytes (benchmarks/README.md). `norm_act_depthwise.cc` does the op image by
-image, its activation kept in a per-thread scratch and never written out. It
-is built here, with the machine's C++ compiler against the FFI headers this
+image, its activation kept in a per-thread scratch and never written out, and
+the next norm + swish + squeeze-excite as two passes over memory forward and
+two backward. It is built here, with the machine's C++ compiler against the FFI headers this
 jaxlib ships
 (`jax.ffi.include_dir()`), into a cache keyed by the source, the flags, the
 jaxlib and the CPU (it is built for the CPU it runs on), and registered as
@@ -41,7 +42,11 @@ FLAGS = ("-O3", "-march=native", "-fno-trapping-math", "-fno-math-errno", "-std=
 # images (a fixed number, so the sums do not depend on the machine's threads).
 BATCH_PARTS = 32
 TARGETS = {"mural_norm_act_depthwise_fwd": "MuralNormActDepthwiseForward",
-           "mural_norm_act_depthwise_bwd": "MuralNormActDepthwiseBackward"}
+           "mural_norm_act_depthwise_bwd": "MuralNormActDepthwiseBackward",
+           "mural_squeeze_fwd": "MuralSqueezeForward",
+           "mural_excite_fwd": "MuralExciteForward",
+           "mural_excite_sums": "MuralExciteSums",
+           "mural_excite_input_grad": "MuralExciteInputGrad"}
 
 
 def cache_dir() -> pathlib.Path:
@@ -152,3 +157,39 @@ def norm_act_depthwise_backward(x, mean, inv, scale, bias, kernel, grad, stride:
   dz, dkernel, sums = call(x, mean, inv, scale, bias, kernel, grad, stride=stride)
   sums = jnp.sum(sums, axis=0)
   return dz, jnp.sum(dkernel, axis=0).reshape(kernel.shape), sums[0], sums[1]
+
+
+def _call(target, shape, *args):
+  return jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(shape, jnp.float32),
+                          vmap_method="sequential")(*args)
+
+
+def squeeze_forward(y, mean, inv, scale, bias):
+  """pooled [B, C]: the mean over each image's pixels of swish((y - mean) * (inv * scale)
+  + bias), y [B, H, W, C] float32."""
+  _check()
+  return _call("mural_squeeze_fwd", (y.shape[0], y.shape[-1]), y, mean, inv, scale, bias)
+
+
+def excite_forward(y, mean, inv, scale, bias, gate):
+  """swish((y - mean) * (inv * scale) + bias) * gate[:, None, None, :], gate [B, C]."""
+  _check()
+  return _call("mural_excite_fwd", y.shape, y, mean, inv, scale, bias, gate)
+
+
+def excite_sums(y, mean, inv, scale, bias, grad):
+  """Given grad at excite_forward's output: [B, 5, C], sums over each image's pixels of
+  grad * act, swish'(z) * grad, swish'(z) * grad * xhat, swish'(z) and swish'(z) * xhat
+  (act = swish(z), z the norm's output, xhat = (y - mean) * inv)."""
+  _check()
+  return _call("mural_excite_sums", (y.shape[0], 5, y.shape[-1]), y, mean, inv, scale, bias,
+               grad)
+
+
+def excite_input_grad(y, mean, inv, scale, bias, grad, gate, dpool, k1, k2):
+  """(inv * scale) * (dz - k1 - xhat * k2), dz = swish'(z) * (grad * gate + dpool), with
+  gate and dpool [B, C] broadcast over the pixels and k1, k2 [C]: the batch norm's input
+  gradient when k1 and k2 are its two sums over the element count."""
+  _check()
+  return _call("mural_excite_input_grad", y.shape, y, mean, inv, scale, bias, grad, gate,
+               dpool, k1, k2)

@@ -1,6 +1,7 @@
 // Training batch norm + swish + depthwise SAME conv as one pass over memory, forward
 // and backward, for XLA's CPU runtime (built and registered by mural/kernels/__init__.py;
-// the maths is mural/models/efficientnet.py's norm_act_depthwise_conv).
+// the maths is mural/models/efficientnet.py's norm_act_depthwise_conv). At the end, the
+// passes of the norm + swish + squeeze-excite after it (native_norm_act_squeeze_excite).
 //
 // Why: XLA runs this op as many elementwise and reduction passes, each writing an
 // activation of the block's widest shape out to memory; here an image's activation and
@@ -18,6 +19,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "xla/ffi/api/ffi.h"
@@ -307,17 +309,193 @@ ffi::Error Backward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<f
   return ffi::Error::Success();
 }
 
-// The arguments both directions take: the thread pool, x, the norm's mean, inv, scale
-// and bias, and the depthwise kernel.
-auto NormActDepthwiseArgs() {
+// The arguments every op here takes first: the thread pool, the norm's input (x or y)
+// and its mean, inv, scale and bias.
+auto NormArgs() {
   return ffi::Ffi::Bind()
       .Ctx<ffi::ThreadPool>()
       .Arg<ffi::Buffer<ffi::F32>>()   // x
       .Arg<ffi::Buffer<ffi::F32>>()   // mean
       .Arg<ffi::Buffer<ffi::F32>>()   // inv
       .Arg<ffi::Buffer<ffi::F32>>()   // scale
-      .Arg<ffi::Buffer<ffi::F32>>()   // bias
-      .Arg<ffi::Buffer<ffi::F32>>();  // kernel
+      .Arg<ffi::Buffer<ffi::F32>>();  // bias
+}
+
+// The arguments both directions of the depthwise op take: NormArgs and the kernel.
+auto NormActDepthwiseArgs() { return NormArgs().Arg<ffi::Buffer<ffi::F32>>(); }
+
+// ---- Batch norm + swish + squeeze-excite's pool and gate (no conv) ---------------------
+// y [B, H, W, C] is the depthwise conv's output; a = swish(z), z = (y - mean) * (inv *
+// scale) + bias; gate [B, C] comes from XLA (the squeeze-excite's two small matmuls).
+// Each op is one pass over y (and the gradient), parallel over the images; sums over an
+// image's pixels are taken over a row first, then over the rows.
+
+ffi::Error CheckImages(ffi::Buffer<ffi::F32>& y, int64_t c_of_vectors, const char* op) {
+  if (y.dimensions().size() != 4 || y.dimensions()[3] != c_of_vectors) {
+    return ffi::Error::InvalidArgument(std::string(op) + ": want y [B, H, W, C], vectors [C]");
+  }
+  return ffi::Error::Success();
+}
+
+// pooled[b, c] = mean over the image's pixels of a (the squeeze's input).
+ffi::Error SqueezeForward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> y,
+                          ffi::Buffer<ffi::F32> mean, ffi::Buffer<ffi::F32> inv,
+                          ffi::Buffer<ffi::F32> scale, ffi::Buffer<ffi::F32> bias,
+                          ffi::ResultBuffer<ffi::F32> pooled) {
+  const int64_t c = mean.element_count();
+  if (auto e = CheckImages(y, c, "norm_act_squeeze"); e.failure()) return e;
+  auto d = y.dimensions();
+  const int64_t b = d[0], h = d[1], w = d[2];
+  const std::vector<float> a = NormScale(inv.typed_data(), scale.typed_data(), c);
+  const float *ys = y.typed_data(), *mu = mean.typed_data(), *beta = bias.typed_data();
+  const float* as = a.data();
+  float* out = pooled->typed_data();
+  ParallelFor(pool, b, [&](int64_t image) {
+    thread_local std::vector<float> buffer;
+    float* row = Scratch(buffer, c);
+    float* acc = out + image * c;
+    std::fill(acc, acc + c, 0.0f);
+    for (int64_t u = 0; u < h; ++u) {
+      std::fill(row, row + c, 0.0f);
+      for (int64_t v = 0; v < w; ++v) {
+        const float* __restrict yp = ys + ((image * h + u) * w + v) * c;
+#pragma GCC ivdep
+        for (int64_t ch = 0; ch < c; ++ch) {
+          const float z = (yp[ch] - mu[ch]) * as[ch] + beta[ch];
+          row[ch] += z * Sigmoid(z);
+        }
+      }
+      for (int64_t ch = 0; ch < c; ++ch) acc[ch] += row[ch];
+    }
+    const float n = static_cast<float>(h * w);
+    for (int64_t ch = 0; ch < c; ++ch) acc[ch] /= n;
+  });
+  return ffi::Error::Success();
+}
+
+// out = a * gate[b, c].
+ffi::Error ExciteForward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> y,
+                         ffi::Buffer<ffi::F32> mean, ffi::Buffer<ffi::F32> inv,
+                         ffi::Buffer<ffi::F32> scale, ffi::Buffer<ffi::F32> bias,
+                         ffi::Buffer<ffi::F32> gate, ffi::ResultBuffer<ffi::F32> out) {
+  const int64_t c = mean.element_count();
+  if (auto e = CheckImages(y, c, "norm_act_excite"); e.failure()) return e;
+  auto d = y.dimensions();
+  const int64_t b = d[0], pixels = d[1] * d[2];
+  if (gate.element_count() != b * c) {
+    return ffi::Error::InvalidArgument("norm_act_excite: want gate [B, C]");
+  }
+  const std::vector<float> a = NormScale(inv.typed_data(), scale.typed_data(), c);
+  const float *ys = y.typed_data(), *mu = mean.typed_data(), *beta = bias.typed_data();
+  const float *as = a.data(), *gs = gate.typed_data();
+  float* os = out->typed_data();
+  ParallelFor(pool, b, [&](int64_t image) {
+    const float* __restrict g = gs + image * c;
+    for (int64_t p = 0; p < pixels; ++p) {
+      const float* __restrict yp = ys + (image * pixels + p) * c;
+      float* __restrict op = os + (image * pixels + p) * c;
+#pragma GCC ivdep
+      for (int64_t ch = 0; ch < c; ++ch) {
+        const float z = (yp[ch] - mu[ch]) * as[ch] + beta[ch];
+        op[ch] = z * Sigmoid(z) * g[ch];
+      }
+    }
+  });
+  return ffi::Error::Success();
+}
+
+// The backward's first pass, given dout = dL/dout: per image and channel, sums over its
+// pixels of dout * a (the gate's gradient), swish'(z) * dout, swish'(z) * dout * xhat,
+// swish'(z) and swish'(z) * xhat: sums [B, 5, C], from which XLA forms the norm's sums.
+ffi::Error ExciteSums(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> y, ffi::Buffer<ffi::F32> mean,
+                      ffi::Buffer<ffi::F32> inv, ffi::Buffer<ffi::F32> scale,
+                      ffi::Buffer<ffi::F32> bias, ffi::Buffer<ffi::F32> dout,
+                      ffi::ResultBuffer<ffi::F32> sums) {
+  const int64_t c = mean.element_count();
+  if (auto e = CheckImages(y, c, "norm_act_excite_sums"); e.failure()) return e;
+  auto d = y.dimensions();
+  const int64_t b = d[0], h = d[1], w = d[2];
+  if (dout.element_count() != y.element_count() || sums->element_count() != b * 5 * c) {
+    return ffi::Error::InvalidArgument("norm_act_excite_sums: want dout like y, sums [B, 5, C]");
+  }
+  const std::vector<float> a = NormScale(inv.typed_data(), scale.typed_data(), c);
+  const float *ys = y.typed_data(), *mu = mean.typed_data(), *in = inv.typed_data();
+  const float *beta = bias.typed_data(), *as = a.data(), *ds = dout.typed_data();
+  float* ss = sums->typed_data();
+  ParallelFor(pool, b, [&](int64_t image) {
+    thread_local std::vector<float> buffer;
+    float* __restrict row = Scratch(buffer, 5 * c);
+    float* acc = ss + image * 5 * c;
+    std::fill(acc, acc + 5 * c, 0.0f);
+    for (int64_t u = 0; u < h; ++u) {
+      std::fill(row, row + 5 * c, 0.0f);
+      for (int64_t v = 0; v < w; ++v) {
+        const int64_t at = ((image * h + u) * w + v) * c;
+        const float* __restrict yp = ys + at;
+        const float* __restrict dp = ds + at;
+#pragma GCC ivdep
+        for (int64_t ch = 0; ch < c; ++ch) {
+          const float centred = yp[ch] - mu[ch];
+          const float z = centred * as[ch] + beta[ch];
+          const float sig = Sigmoid(z);
+          const float slope = sig * (1.0f + z * (1.0f - sig));
+          const float xhat = centred * in[ch];
+          row[ch] += dp[ch] * (z * sig);
+          row[c + ch] += slope * dp[ch];
+          row[2 * c + ch] += slope * dp[ch] * xhat;
+          row[3 * c + ch] += slope;
+          row[4 * c + ch] += slope * xhat;
+        }
+      }
+      for (int64_t ch = 0; ch < 5 * c; ++ch) acc[ch] += row[ch];
+    }
+  });
+  return ffi::Error::Success();
+}
+
+// The backward's second pass: dy = a * (dz - k1 - xhat * k2) with dz = swish'(z) *
+// (dout * gate + dpool), gate and dpool [B, C] (dpool: the pool's gradient over the
+// pixel count), k1 and k2 [C] (the norm's sums over the element count).
+ffi::Error ExciteInputGrad(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> y,
+                           ffi::Buffer<ffi::F32> mean, ffi::Buffer<ffi::F32> inv,
+                           ffi::Buffer<ffi::F32> scale, ffi::Buffer<ffi::F32> bias,
+                           ffi::Buffer<ffi::F32> dout, ffi::Buffer<ffi::F32> gate,
+                           ffi::Buffer<ffi::F32> dpool, ffi::Buffer<ffi::F32> k1,
+                           ffi::Buffer<ffi::F32> k2, ffi::ResultBuffer<ffi::F32> dy) {
+  const int64_t c = mean.element_count();
+  if (auto e = CheckImages(y, c, "norm_act_excite_grad"); e.failure()) return e;
+  auto d = y.dimensions();
+  const int64_t b = d[0], pixels = d[1] * d[2];
+  if (dout.element_count() != y.element_count() || gate.element_count() != b * c ||
+      dpool.element_count() != b * c || k1.element_count() != c || k2.element_count() != c) {
+    return ffi::Error::InvalidArgument(
+        "norm_act_excite_grad: want dout like y, gate and dpool [B, C], k1 and k2 [C]");
+  }
+  const std::vector<float> a = NormScale(inv.typed_data(), scale.typed_data(), c);
+  const float *ys = y.typed_data(), *mu = mean.typed_data(), *in = inv.typed_data();
+  const float *beta = bias.typed_data(), *as = a.data(), *ds = dout.typed_data();
+  const float *gs = gate.typed_data(), *ps = dpool.typed_data();
+  const float *m1 = k1.typed_data(), *m2 = k2.typed_data();
+  float* dys = dy->typed_data();
+  ParallelFor(pool, b, [&](int64_t image) {
+    const float* __restrict g = gs + image * c;
+    const float* __restrict dp = ps + image * c;
+    for (int64_t p = 0; p < pixels; ++p) {
+      const int64_t at = (image * pixels + p) * c;
+      const float* __restrict yp = ys + at;
+      const float* __restrict dop = ds + at;
+      float* __restrict out = dys + at;
+#pragma GCC ivdep
+      for (int64_t ch = 0; ch < c; ++ch) {
+        const float centred = yp[ch] - mu[ch];
+        const float z = centred * as[ch] + beta[ch];
+        const float sig = Sigmoid(z);
+        const float dz = sig * (1.0f + z * (1.0f - sig)) * (dop[ch] * g[ch] + dp[ch]);
+        out[ch] = as[ch] * (dz - m1[ch] - centred * in[ch] * m2[ch]);
+      }
+    }
+  });
+  return ffi::Error::Success();
 }
 
 }  // namespace
@@ -334,3 +512,25 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MuralNormActDepthwiseBackward, Backward,
                                   .Ret<ffi::Buffer<ffi::F32>>()  // kernel grads [T, K*K, C]
                                   .Ret<ffi::Buffer<ffi::F32>>()  // sums [T, 2, C]
                                   .Attr<int64_t>("stride"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MuralSqueezeForward, SqueezeForward,
+                              NormArgs().Ret<ffi::Buffer<ffi::F32>>());  // pooled [B, C]
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MuralExciteForward, ExciteForward,
+                              NormArgs()
+                                  .Arg<ffi::Buffer<ffi::F32>>()    // gate [B, C]
+                                  .Ret<ffi::Buffer<ffi::F32>>());  // out
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MuralExciteSums, ExciteSums,
+                              NormArgs()
+                                  .Arg<ffi::Buffer<ffi::F32>>()    // dout
+                                  .Ret<ffi::Buffer<ffi::F32>>());  // sums [B, 5, C]
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MuralExciteInputGrad, ExciteInputGrad,
+                              NormArgs()
+                                  .Arg<ffi::Buffer<ffi::F32>>()    // dout
+                                  .Arg<ffi::Buffer<ffi::F32>>()    // gate [B, C]
+                                  .Arg<ffi::Buffer<ffi::F32>>()    // dpool [B, C]
+                                  .Arg<ffi::Buffer<ffi::F32>>()    // k1 [C]
+                                  .Arg<ffi::Buffer<ffi::F32>>()    // k2 [C]
+                                  .Ret<ffi::Buffer<ffi::F32>>());  // dy

@@ -15,9 +15,11 @@ parameters (`conv_impl`, config.model.image.conv_impl):
           convs as one matmul and other convs as patches @ kernel: XLA's CPU
           convolutions are several times slower than these (project issue 9,
           jax-ml/jax#23713, openxla/xla#34273; benchmarks/bench_convs.py);
-  'native' 'fast', and with 'fused' norms a block's expand norm + swish +
-          depthwise conv in float32 by mural's C++ kernels (mural/kernels, built
-          on first use; native_norm_act_depthwise_conv): the CPU only;
+  'native' 'fast', and with 'fused' norms, in training, a block's expand norm +
+          swish + depthwise conv and its depthwise norm + swish + squeeze-excite
+          in float32 by mural's C++ kernels (mural/kernels, built on first use;
+          native_norm_act_depthwise_conv, native_norm_act_squeeze_excite): the
+          CPU only;
   'auto'  'native' where the default backend is the CPU and the kernels build,
           'fast' where they do not, else 'xla'.
 A checkpoint saved with one loads into the others.
@@ -394,6 +396,60 @@ native_norm_act_depthwise_conv.defvjp(_native_norm_act_depthwise_fwd,
                                       _native_norm_act_depthwise_bwd)
 
 
+def _squeeze_excite_gate(pooled, w_reduce, b_reduce, w_expand, b_expand):
+  """The squeeze-excite's gate [B, C] from the pooled activation [B, C], as MBConv's
+  se_reduce (+ swish) and se_expand (+ sigmoid) compute it on the 1 x 1 pooled image."""
+  s = nn.swish(pointwise_conv(pooled[:, None, None, :], w_reduce) + b_reduce)
+  return nn.sigmoid(pointwise_conv(s, w_expand) + b_expand)[:, 0, 0, :]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(7,))
+def native_norm_act_squeeze_excite(y, scale, bias, w_reduce, b_reduce, w_expand, b_expand,
+                                   epsilon: float):
+  """a * gate(mean of a over each image's pixels), a = batch_norm_act(y, scale, bias,
+  epsilon, True)[0]: a block's depthwise norm + swish and squeeze-excite in float32,
+  the passes over y by mural's C++ kernels (mural/kernels): two forward (the pool,
+  then the gated output), two backward (per-image sums, then y's gradient); the gate's
+  two small matmuls stay in XLA. Over B0's 16 blocks at batch 128 and 128 px, forward +
+  backward: 280 ms against 420-430 for the composition in XLA ops (benchmarks/README.md)."""
+  return _native_squeeze_excite_fwd(y, scale, bias, w_reduce, b_reduce, w_expand, b_expand,
+                                    epsilon)[0]
+
+
+def _native_squeeze_excite_fwd(y, scale, bias, w_reduce, b_reduce, w_expand, b_expand,
+                               epsilon):
+  mean, var = _batch_stats(y)
+  inv = lax.rsqrt(var + epsilon)
+  pooled = kernels.squeeze_forward(y, mean, inv, scale, bias)
+  weights = (w_reduce, b_reduce, w_expand, b_expand)
+  gate = _squeeze_excite_gate(pooled, *weights)
+  out = kernels.excite_forward(y, mean, inv, scale, bias, gate)
+  return out, (y, scale, bias, mean, inv, pooled, gate, weights)
+
+
+def _native_squeeze_excite_bwd(epsilon, residuals, g):
+  del epsilon
+  y, scale, bias, mean, inv, pooled, gate, weights = residuals
+  # Per image and channel: sums of g * a (the gate's gradient), and of swish'(z) times
+  # g, g * xhat, 1 and xhat, from which the norm's two sums follow without another pass.
+  d_gate, s_g, s_gx, s_1, s_x = jnp.moveaxis(kernels.excite_sums(y, mean, inv, scale, bias, g),
+                                             1, 0)
+  _, pull = jax.vjp(_squeeze_excite_gate, pooled, *weights)
+  d_pooled, *d_weights = pull(d_gate)
+  pixels = y.shape[1] * y.shape[2]
+  # dz = swish'(z) * (g * gate + d_pooled / pixels), summed for the norm's backward.
+  dpool = d_pooled / pixels
+  d_bias = jnp.sum(gate * s_g + dpool * s_1, axis=0)
+  d_scale = jnp.sum(gate * s_gx + dpool * s_x, axis=0)
+  n = y.shape[0] * pixels
+  dy = kernels.excite_input_grad(y, mean, inv, scale, bias, g, gate, dpool, d_bias / n,
+                                 d_scale / n)
+  return (dy, d_scale, d_bias, *d_weights)
+
+
+native_norm_act_squeeze_excite.defvjp(_native_squeeze_excite_fwd, _native_squeeze_excite_bwd)
+
+
 def pointwise_conv(x, kernel, stride: int = 1):
   """1x1 SAME conv as one [B*H*W, Cin] @ [Cin, Cout] matmul (a 4-D dot_general is slower)."""
   x = x[:, ::stride, ::stride]  # A 1x1 SAME conv never pads.
@@ -453,11 +509,8 @@ class Conv(nn.Module):
     k, groups = self.kernel_size, self.feature_group_count
     impl = resolve_conv_impl(self.impl)
     fast = impl in ("fast", "native")
-    channels = (inputs.x if isinstance(inputs, NormAct) else inputs).shape[-1]
-    kernel = self.param("kernel", self.kernel_init,
-                        (k, k, channels // groups, self.features), self.param_dtype)
-    bias = (self.param("bias", self.bias_init, (self.features,), self.param_dtype)
-            if self.use_bias else None)
+    kernel, bias = self.weights((inputs.x if isinstance(inputs, NormAct) else inputs).shape[-1])
+    channels = kernel.shape[2] * groups
     if isinstance(inputs, NormAct):
       x, kernel, bias = nn.dtypes.promote_dtype(inputs.x, kernel, bias, dtype=self.dtype)
       if (fast and groups == self.features == channels and k > 1
@@ -474,13 +527,33 @@ class Conv(nn.Module):
     y = conv2d(inputs, kernel, self.strides, groups, self.impl)
     return y if bias is None else y + bias
 
+  def weights(self, channels: int):
+    """Declares (kernel, bias or None) for `channels` input channels."""
+    k = self.kernel_size
+    kernel = self.param("kernel", self.kernel_init,
+                        (k, k, channels // self.feature_group_count, self.features),
+                        self.param_dtype)
+    bias = (self.param("bias", self.bias_init, (self.features,), self.param_dtype)
+            if self.use_bias else None)
+    return kernel, bias
 
-def _conv(features, names, kernel=1, strides=1, use_bias=False, **kw):
-  """SAME-padded conv with the reference's init N(0, 2 / fan_out), named axes."""
+
+class ConvWeights(Conv):
+  """A Conv's parameters alone (same names, shapes and inits), for an op that applies
+  them itself (native_norm_act_squeeze_excite): returns (kernel, bias), in `dtype`."""
+
+  @nn.compact
+  def __call__(self, channels: int):
+    return nn.dtypes.promote_dtype(*self.weights(channels), dtype=self.dtype)
+
+
+def _conv(features, names, kernel=1, strides=1, use_bias=False, cls=Conv, **kw):
+  """SAME-padded conv (or its ConvWeights) with the reference's init N(0, 2 / fan_out),
+  named axes."""
   # The reference's fan_out is k * k * out_channels of its kernel; a depthwise
   # kernel there is [k, k, C, 1], so its fan_out is k * k, which is our fan_in.
   mode = "fan_in" if names == DEPTHWISE else "fan_out"
-  return Conv(
+  return cls(
       features, kernel, strides=strides, use_bias=use_bias,
       kernel_init=nn.with_logical_partitioning(
           nn.initializers.variance_scaling(2.0, mode, "normal"), names),
@@ -627,6 +700,10 @@ class MBConv(nn.Module):
   conv_impl: str = "auto"  # 'auto' | 'xla' | 'fast' | 'native': see the module docstring.
   norm_impl: str = "auto"  # 'auto' | 'flax' | 'fused': see the module docstring.
 
+  @property
+  def _native(self) -> bool:
+    return resolve_conv_impl(self.conv_impl) == "native"
+
   @nn.compact
   def __call__(self, inputs, train: bool):
     kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
@@ -640,14 +717,24 @@ class MBConv(nn.Module):
       x = bn("expand_bn", defer=True)(x)  # The depthwise conv applies it (norm_act_depthwise_conv).
     x = conv(mid, DEPTHWISE, kernel=self.kernel, strides=self.stride,
              feature_group_count=mid, name="depthwise_conv")(x)
-    x = bn("depthwise_bn")(x)
+    # 'native': the squeeze-excite applies the norm (native_norm_act_squeeze_excite).
+    x = bn("depthwise_bn", defer=bool(self.se_ratio) and self._native)(x)
     if self.se_ratio:
       # Squeeze width comes from the block's input filters, as in the reference.
       squeezed = max(1, int(self.in_filters * self.se_ratio))
-      s = jnp.mean(x, axis=(1, 2), keepdims=True)
-      s = nn.swish(conv(squeezed, CONV, use_bias=True, name="se_reduce")(s))
-      s = conv(mid, CONV, use_bias=True, name="se_expand")(s)
-      x = x * nn.sigmoid(s)
+      se = functools.partial(conv, names=CONV, use_bias=True)
+      if (isinstance(x, NormAct) and x.dtype == jnp.float32
+          and _native_applies(x.x, x.scale, x.bias)):
+        w_reduce, b_reduce = se(squeezed, name="se_reduce", cls=ConvWeights)(mid)
+        w_expand, b_expand = se(mid, name="se_expand", cls=ConvWeights)(squeezed)
+        x = native_norm_act_squeeze_excite(x.x, x.scale, x.bias, w_reduce, b_reduce,
+                                           w_expand, b_expand, x.epsilon)
+      else:
+        x = x.materialize() if isinstance(x, NormAct) else x
+        s = jnp.mean(x, axis=(1, 2), keepdims=True)
+        s = nn.swish(se(squeezed, name="se_reduce")(s))
+        s = se(mid, name="se_expand")(s)
+        x = x * nn.sigmoid(s)
     x = conv(self.out_filters, CONV, name="project_conv")(x)
     x = bn("project_bn", swish=False)(x)
     if self.stride == 1 and self.in_filters == self.out_filters:
