@@ -6,11 +6,10 @@ block's widest shape out to memory, and the train step is bound by those
 bytes (benchmarks/README.md). `norm_act_depthwise.cc` does the op image by
 image, its activation kept in a per-thread scratch and never written out, and
 the next norm + swish + squeeze-excite as two passes over memory forward and
-two backward. It is built here, with the machine's C++ compiler against the FFI headers this
-jaxlib ships
-(`jax.ffi.include_dir()`), into a cache keyed by the source, the flags, the
-jaxlib and the CPU (it is built for the CPU it runs on), and registered as
-XLA FFI targets.
+two backward. It is built here, with the machine's C++ compiler against the
+FFI headers this jaxlib ships (`jax.ffi.include_dir()`), into a cache keyed
+by the source, the flags, the jaxlib and the CPU (it is built for the CPU it
+runs on), and registered as XLA FFI targets.
 
 `available()` says whether the kernels loaded; `unavailable_reason()` why not
 (no compiler, a failed build). `config.model.image.conv_impl` 'auto' uses them
