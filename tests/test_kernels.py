@@ -102,6 +102,12 @@ def test_native_op_propagates_nan():
   assert np.isnan(np.asarray(y)).all()
 
 
+def test_squeeze_excite_kernels_reject_mismatched_vectors():
+  y, c = jnp.ones((2, 3, 3, 8)), jnp.ones(8)
+  with pytest.raises(Exception, match=r"norm_act_squeeze: want y \[B, H, W, C\], mean, inv"):
+    jax.block_until_ready(kernels.squeeze_forward(y, c, jnp.ones(7), c, c))
+
+
 def test_build_caches_by_source_and_reports_compiler_errors(tmp_path):
   first = kernels.build(directory=tmp_path)
   stamp = first.stat().st_mtime_ns

@@ -330,9 +330,14 @@ auto NormActDepthwiseArgs() { return NormArgs().Arg<ffi::Buffer<ffi::F32>>(); }
 // Each op is one pass over y (and the gradient), parallel over the images; sums over an
 // image's pixels are taken over a row first, then over the rows.
 
-ffi::Error CheckImages(ffi::Buffer<ffi::F32>& y, int64_t c_of_vectors, const char* op) {
-  if (y.dimensions().size() != 4 || y.dimensions()[3] != c_of_vectors) {
-    return ffi::Error::InvalidArgument(std::string(op) + ": want y [B, H, W, C], vectors [C]");
+ffi::Error CheckImages(ffi::Buffer<ffi::F32>& y, ffi::Buffer<ffi::F32>& mean,
+                       ffi::Buffer<ffi::F32>& inv, ffi::Buffer<ffi::F32>& scale,
+                       ffi::Buffer<ffi::F32>& bias, const char* op) {
+  const int64_t c = mean.element_count();
+  if (y.dimensions().size() != 4 || y.dimensions()[3] != c || inv.element_count() != c ||
+      scale.element_count() != c || bias.element_count() != c) {
+    return ffi::Error::InvalidArgument(std::string(op) +
+                                       ": want y [B, H, W, C], mean, inv, scale, bias [C]");
   }
   return ffi::Error::Success();
 }
@@ -343,7 +348,9 @@ ffi::Error SqueezeForward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> y,
                           ffi::Buffer<ffi::F32> scale, ffi::Buffer<ffi::F32> bias,
                           ffi::ResultBuffer<ffi::F32> pooled) {
   const int64_t c = mean.element_count();
-  if (auto e = CheckImages(y, c, "norm_act_squeeze"); e.failure()) return e;
+  if (auto e = CheckImages(y, mean, inv, scale, bias, "norm_act_squeeze"); e.failure()) {
+    return e;
+  }
   auto d = y.dimensions();
   const int64_t b = d[0], h = d[1], w = d[2];
   const std::vector<float> a = NormScale(inv.typed_data(), scale.typed_data(), c);
@@ -379,7 +386,9 @@ ffi::Error ExciteForward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> y,
                          ffi::Buffer<ffi::F32> scale, ffi::Buffer<ffi::F32> bias,
                          ffi::Buffer<ffi::F32> gate, ffi::ResultBuffer<ffi::F32> out) {
   const int64_t c = mean.element_count();
-  if (auto e = CheckImages(y, c, "norm_act_excite"); e.failure()) return e;
+  if (auto e = CheckImages(y, mean, inv, scale, bias, "norm_act_excite"); e.failure()) {
+    return e;
+  }
   auto d = y.dimensions();
   const int64_t b = d[0], pixels = d[1] * d[2];
   if (gate.element_count() != b * c) {
@@ -412,7 +421,9 @@ ffi::Error ExciteSums(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> y, ffi::Buffer
                       ffi::Buffer<ffi::F32> bias, ffi::Buffer<ffi::F32> dout,
                       ffi::ResultBuffer<ffi::F32> sums) {
   const int64_t c = mean.element_count();
-  if (auto e = CheckImages(y, c, "norm_act_excite_sums"); e.failure()) return e;
+  if (auto e = CheckImages(y, mean, inv, scale, bias, "norm_act_excite_sums"); e.failure()) {
+    return e;
+  }
   auto d = y.dimensions();
   const int64_t b = d[0], h = d[1], w = d[2];
   if (dout.element_count() != y.element_count() || sums->element_count() != b * 5 * c) {
@@ -463,7 +474,9 @@ ffi::Error ExciteInputGrad(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> y,
                            ffi::Buffer<ffi::F32> dpool, ffi::Buffer<ffi::F32> k1,
                            ffi::Buffer<ffi::F32> k2, ffi::ResultBuffer<ffi::F32> dy) {
   const int64_t c = mean.element_count();
-  if (auto e = CheckImages(y, c, "norm_act_excite_grad"); e.failure()) return e;
+  if (auto e = CheckImages(y, mean, inv, scale, bias, "norm_act_excite_grad"); e.failure()) {
+    return e;
+  }
   auto d = y.dimensions();
   const int64_t b = d[0], pixels = d[1] * d[2];
   if (dout.element_count() != y.element_count() || gate.element_count() != b * c ||
