@@ -387,15 +387,18 @@ def test_native_runs_the_xla_ops_under_a_mesh_of_several_devices_and_in_bf16():
   images = jnp.zeros((8, 32, 32, 3))
 
   def calls(dtype=jnp.float32, mesh=None):
+    """How many of the depthwise op's and of the squeeze-excite op's forward calls."""
     net = _tiny("native", dtype, norm="fused")
     variables = jax.eval_shape(lambda: net.init(jax.random.key(0), images, train=False))
     train = lambda v: net.apply(v, images, train=True, mutable=["batch_stats"])
     if mesh is None:
-      return str(jax.make_jaxpr(train)(variables)).count("mural_norm_act_depthwise_fwd")
-    with jax.sharding.use_abstract_mesh(mesh):
-      return str(jax.make_jaxpr(train)(variables)).count("mural_norm_act_depthwise_fwd")
+      jaxpr = str(jax.make_jaxpr(train)(variables))
+    else:
+      with jax.sharding.use_abstract_mesh(mesh):
+        jaxpr = str(jax.make_jaxpr(train)(variables))
+    return jaxpr.count("mural_norm_act_depthwise_fwd"), jaxpr.count("mural_excite_fwd")
 
-  assert calls() == 6
-  assert calls(mesh=jax.sharding.AbstractMesh((1, 1, 1), ("data", "fsdp", "model"))) == 6
-  assert calls(mesh=jax.sharding.AbstractMesh((8, 1, 1), ("data", "fsdp", "model"))) == 0
-  assert calls(jnp.bfloat16) == 0
+  assert calls() == (6, 7)
+  assert calls(mesh=jax.sharding.AbstractMesh((1, 1, 1), ("data", "fsdp", "model"))) == (6, 7)
+  assert calls(mesh=jax.sharding.AbstractMesh((8, 1, 1), ("data", "fsdp", "model"))) == (0, 0)
+  assert calls(jnp.bfloat16) == (0, 0)
