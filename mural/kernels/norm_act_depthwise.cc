@@ -51,6 +51,9 @@ inline float Exp(float x) {
 
 inline float Sigmoid(float z) { return 1.0f / (1.0f + Exp(-z)); }
 
+// swish'(z), given sig = Sigmoid(z).
+inline float SwishSlope(float z, float sig) { return sig * (1.0f + z * (1.0f - sig)); }
+
 struct Geometry {
   int64_t b, h, w, c, k, stride, out_h, out_w, top, left, pad_h, pad_w;
 };
@@ -154,7 +157,7 @@ void DzPixel(int64_t c, const float* __restrict x, const float* __restrict ds,
     const float centred = x[ch] - mean[ch];
     const float z = centred * a[ch] + bias[ch];
     const float sig = Sigmoid(z);
-    const float d = ds[ch] * (sig * (1.0f + z * (1.0f - sig)));
+    const float d = ds[ch] * SwishSlope(z, sig);
     dz[ch] = d;
     sums[ch] += d;
     sums[c + ch] += d * (centred * inv[ch]);
@@ -330,15 +333,27 @@ auto NormActDepthwiseArgs() { return NormArgs().Arg<ffi::Buffer<ffi::F32>>(); }
 // Each op is one pass over y (and the gradient), parallel over the images; sums over an
 // image's pixels are taken over a row first, then over the rows.
 
-ffi::Error CheckImages(ffi::Buffer<ffi::F32>& y, ffi::Buffer<ffi::F32>& mean,
-                       ffi::Buffer<ffi::F32>& inv, ffi::Buffer<ffi::F32>& scale,
-                       ffi::Buffer<ffi::F32>& bias, const char* op) {
+// An op's y and norm, checked: y's shape, and the norm's vectors with a = inv * scale.
+struct ImageNorm {
+  int64_t b, h, w, c;
+  const float *y, *mean, *inv, *bias;
+  std::vector<float> a;
+};
+
+ffi::Error ReadImageNorm(ffi::Buffer<ffi::F32>& y, ffi::Buffer<ffi::F32>& mean,
+                         ffi::Buffer<ffi::F32>& inv, ffi::Buffer<ffi::F32>& scale,
+                         ffi::Buffer<ffi::F32>& bias, const char* op, ImageNorm* n) {
   const int64_t c = mean.element_count();
   if (y.dimensions().size() != 4 || y.dimensions()[3] != c || inv.element_count() != c ||
       scale.element_count() != c || bias.element_count() != c) {
     return ffi::Error::InvalidArgument(std::string(op) +
                                        ": want y [B, H, W, C], mean, inv, scale, bias [C]");
   }
+  auto d = y.dimensions();
+  n->b = d[0], n->h = d[1], n->w = d[2], n->c = c;
+  n->y = y.typed_data(), n->mean = mean.typed_data(), n->inv = inv.typed_data();
+  n->bias = bias.typed_data();
+  n->a = NormScale(inv.typed_data(), scale.typed_data(), c);
   return ffi::Error::Success();
 }
 
@@ -347,15 +362,12 @@ ffi::Error SqueezeForward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> y,
                           ffi::Buffer<ffi::F32> mean, ffi::Buffer<ffi::F32> inv,
                           ffi::Buffer<ffi::F32> scale, ffi::Buffer<ffi::F32> bias,
                           ffi::ResultBuffer<ffi::F32> pooled) {
-  const int64_t c = mean.element_count();
-  if (auto e = CheckImages(y, mean, inv, scale, bias, "norm_act_squeeze"); e.failure()) {
+  ImageNorm n;
+  if (auto e = ReadImageNorm(y, mean, inv, scale, bias, "norm_act_squeeze", &n); e.failure()) {
     return e;
   }
-  auto d = y.dimensions();
-  const int64_t b = d[0], h = d[1], w = d[2];
-  const std::vector<float> a = NormScale(inv.typed_data(), scale.typed_data(), c);
-  const float *ys = y.typed_data(), *mu = mean.typed_data(), *beta = bias.typed_data();
-  const float* as = a.data();
+  const int64_t b = n.b, h = n.h, w = n.w, c = n.c;
+  const float *ys = n.y, *mu = n.mean, *beta = n.bias, *as = n.a.data();
   float* out = pooled->typed_data();
   ParallelFor(pool, b, [&](int64_t image) {
     thread_local std::vector<float> buffer;
@@ -385,18 +397,16 @@ ffi::Error ExciteForward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> y,
                          ffi::Buffer<ffi::F32> mean, ffi::Buffer<ffi::F32> inv,
                          ffi::Buffer<ffi::F32> scale, ffi::Buffer<ffi::F32> bias,
                          ffi::Buffer<ffi::F32> gate, ffi::ResultBuffer<ffi::F32> out) {
-  const int64_t c = mean.element_count();
-  if (auto e = CheckImages(y, mean, inv, scale, bias, "norm_act_excite"); e.failure()) {
+  ImageNorm n;
+  if (auto e = ReadImageNorm(y, mean, inv, scale, bias, "norm_act_excite", &n); e.failure()) {
     return e;
   }
-  auto d = y.dimensions();
-  const int64_t b = d[0], pixels = d[1] * d[2];
+  const int64_t b = n.b, pixels = n.h * n.w, c = n.c;
   if (gate.element_count() != b * c) {
     return ffi::Error::InvalidArgument("norm_act_excite: want gate [B, C]");
   }
-  const std::vector<float> a = NormScale(inv.typed_data(), scale.typed_data(), c);
-  const float *ys = y.typed_data(), *mu = mean.typed_data(), *beta = bias.typed_data();
-  const float *as = a.data(), *gs = gate.typed_data();
+  const float *ys = n.y, *mu = n.mean, *beta = n.bias, *as = n.a.data();
+  const float* gs = gate.typed_data();
   float* os = out->typed_data();
   ParallelFor(pool, b, [&](int64_t image) {
     const float* __restrict g = gs + image * c;
@@ -420,18 +430,17 @@ ffi::Error ExciteSums(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> y, ffi::Buffer
                       ffi::Buffer<ffi::F32> inv, ffi::Buffer<ffi::F32> scale,
                       ffi::Buffer<ffi::F32> bias, ffi::Buffer<ffi::F32> dout,
                       ffi::ResultBuffer<ffi::F32> sums) {
-  const int64_t c = mean.element_count();
-  if (auto e = CheckImages(y, mean, inv, scale, bias, "norm_act_excite_sums"); e.failure()) {
+  ImageNorm n;
+  if (auto e = ReadImageNorm(y, mean, inv, scale, bias, "norm_act_excite_sums", &n);
+      e.failure()) {
     return e;
   }
-  auto d = y.dimensions();
-  const int64_t b = d[0], h = d[1], w = d[2];
+  const int64_t b = n.b, h = n.h, w = n.w, c = n.c;
   if (dout.element_count() != y.element_count() || sums->element_count() != b * 5 * c) {
     return ffi::Error::InvalidArgument("norm_act_excite_sums: want dout like y, sums [B, 5, C]");
   }
-  const std::vector<float> a = NormScale(inv.typed_data(), scale.typed_data(), c);
-  const float *ys = y.typed_data(), *mu = mean.typed_data(), *in = inv.typed_data();
-  const float *beta = bias.typed_data(), *as = a.data(), *ds = dout.typed_data();
+  const float *ys = n.y, *mu = n.mean, *in = n.inv, *beta = n.bias, *as = n.a.data();
+  const float* ds = dout.typed_data();
   float* ss = sums->typed_data();
   ParallelFor(pool, b, [&](int64_t image) {
     thread_local std::vector<float> buffer;
@@ -449,7 +458,7 @@ ffi::Error ExciteSums(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> y, ffi::Buffer
           const float centred = yp[ch] - mu[ch];
           const float z = centred * as[ch] + beta[ch];
           const float sig = Sigmoid(z);
-          const float slope = sig * (1.0f + z * (1.0f - sig));
+          const float slope = SwishSlope(z, sig);
           const float xhat = centred * in[ch];
           row[ch] += dp[ch] * (z * sig);
           row[c + ch] += slope * dp[ch];
@@ -473,21 +482,19 @@ ffi::Error ExciteInputGrad(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> y,
                            ffi::Buffer<ffi::F32> dout, ffi::Buffer<ffi::F32> gate,
                            ffi::Buffer<ffi::F32> dpool, ffi::Buffer<ffi::F32> k1,
                            ffi::Buffer<ffi::F32> k2, ffi::ResultBuffer<ffi::F32> dy) {
-  const int64_t c = mean.element_count();
-  if (auto e = CheckImages(y, mean, inv, scale, bias, "norm_act_excite_grad"); e.failure()) {
+  ImageNorm n;
+  if (auto e = ReadImageNorm(y, mean, inv, scale, bias, "norm_act_excite_grad", &n);
+      e.failure()) {
     return e;
   }
-  auto d = y.dimensions();
-  const int64_t b = d[0], pixels = d[1] * d[2];
+  const int64_t b = n.b, pixels = n.h * n.w, c = n.c;
   if (dout.element_count() != y.element_count() || gate.element_count() != b * c ||
       dpool.element_count() != b * c || k1.element_count() != c || k2.element_count() != c) {
     return ffi::Error::InvalidArgument(
         "norm_act_excite_grad: want dout like y, gate and dpool [B, C], k1 and k2 [C]");
   }
-  const std::vector<float> a = NormScale(inv.typed_data(), scale.typed_data(), c);
-  const float *ys = y.typed_data(), *mu = mean.typed_data(), *in = inv.typed_data();
-  const float *beta = bias.typed_data(), *as = a.data(), *ds = dout.typed_data();
-  const float *gs = gate.typed_data(), *ps = dpool.typed_data();
+  const float *ys = n.y, *mu = n.mean, *in = n.inv, *beta = n.bias, *as = n.a.data();
+  const float *ds = dout.typed_data(), *gs = gate.typed_data(), *ps = dpool.typed_data();
   const float *m1 = k1.typed_data(), *m2 = k2.typed_data();
   float* dys = dy->typed_data();
   ParallelFor(pool, b, [&](int64_t image) {
@@ -503,7 +510,7 @@ ffi::Error ExciteInputGrad(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> y,
         const float centred = yp[ch] - mu[ch];
         const float z = centred * as[ch] + beta[ch];
         const float sig = Sigmoid(z);
-        const float dz = sig * (1.0f + z * (1.0f - sig)) * (dop[ch] * g[ch] + dp[ch]);
+        const float dz = SwishSlope(z, sig) * (dop[ch] * g[ch] + dp[ch]);
         out[ch] = as[ch] * (dz - m1[ch] - centred * in[ch] * m2[ch]);
       }
     }
