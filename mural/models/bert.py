@@ -15,6 +15,7 @@ from typing import Any, Optional
 import flax.linen as nn
 import jax.numpy as jnp
 
+from mural.models import dropout
 from mural.models import remat
 
 _init = nn.initializers.truncated_normal(0.02)  # BERT's initializer range.
@@ -49,7 +50,7 @@ class EncoderLayer(nn.Module):
     same values: a position's output reads every position's keys and values, its own query)."""
     kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
     hidden = x.shape[-1]
-    drop = lambda y: nn.Dropout(self.dropout_rate, deterministic=not train)(y)
+    drop = lambda y: dropout.Dropout(self.dropout_rate, deterministic=not train)(y)
     if first_rows is not None:
       x, kv, attention_mask = x[:, :first_rows], x, attention_mask[:, :, :first_rows]
     else:
@@ -101,7 +102,7 @@ class Bert(nn.Module):
                            (self.max_len, self.hidden_dim), self.param_dtype)
     x = x + positions[None, :ids.shape[1]].astype(x.dtype)
     x = _layer_norm("embed_norm", **kw)(x)
-    x = nn.Dropout(self.dropout_rate, deterministic=not train)(x)
+    x = dropout.Dropout(self.dropout_rate, deterministic=not train)(x)
     attention_mask = nn.make_attention_mask(mask > 0, mask > 0)
     # (self, x, mask, train, first_rows).
     layer = remat.block(EncoderLayer, self.remat, static_argnums=(3, 4))

@@ -1,0 +1,78 @@
+"""mural.models.dropout: the mask against a NumPy reading of the same draws, its rate, its
+independence between the two halves of a draw, its gradient, and its edge cases."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from mural.models import dropout
+
+
+def _apply(rate, x, key, **kw):
+  return dropout.Dropout(rate, **kw).apply({}, x, deterministic=False, rngs={"dropout": key})
+
+
+def test_output_is_the_input_scaled_where_the_draws_fall_below_the_threshold():
+  x = np.random.default_rng(0).normal(size=(3, 5, 8)).astype(np.float32)
+  key = jax.random.PRNGKey(7)
+  rng = dropout.Dropout(0.3).apply({}, method=lambda m: m.make_rng("dropout"),
+                                   rngs={"dropout": key})
+  words = np.asarray(jax.random.bits(rng, (3, 5, 4), jnp.uint32)).astype(np.int64)
+  halves = np.stack([words % 65536, words // 65536], axis=-1).reshape(3, 5, 8)
+  t = round(0.7 * 65536)
+  want = np.where(halves < t, x.astype(np.float64) * 65536 / t, 0.0)
+  got = np.asarray(_apply(0.3, jnp.asarray(x), key))
+  np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
+  assert 0 < (got == 0).sum() < x.size
+
+
+@pytest.mark.parametrize("rate", [0.1, 0.5, 0.9])
+@pytest.mark.parametrize("last", [256, 7])  # Two elements a draw; one (an odd last axis).
+def test_keep_rate_is_one_minus_rate_and_draw_halves_are_independent(rate, last):
+  keep, scale = dropout.keep_mask(jax.random.PRNGKey(1), 1 - rate, (4096, last))
+  keep = np.asarray(keep)
+  p = round((1 - rate) * 65536) / 65536
+  assert abs(p - (1 - rate)) <= 2 ** -17 and scale == pytest.approx(1 / p)
+  sigma = np.sqrt(p * (1 - p) / keep.size)
+  assert abs(keep.mean() - p) < 5 * sigma
+  if last % 2 == 0:  # The two halves of one word, and neighbouring words, uncorrelated.
+    lo, hi = keep[:, 0::2].ravel().astype(float), keep[:, 1::2].ravel().astype(float)
+    assert abs(np.corrcoef(lo, hi)[0, 1]) < 5 / np.sqrt(lo.size)
+    assert abs(np.corrcoef(lo[:-1], lo[1:])[0, 1]) < 5 / np.sqrt(lo.size)
+
+
+def test_expectation_is_the_input():
+  x = jnp.full((512, 64), 3.0)
+  outs = jax.vmap(lambda k: _apply(0.25, x, k))(jax.random.split(jax.random.PRNGKey(3), 64))
+  mean = float(jnp.mean(outs))
+  std_err = float(jnp.std(outs)) / np.sqrt(outs.size)
+  assert abs(mean - 3.0) < 5 * std_err
+
+
+def test_gradient_is_the_mask_times_the_scale():
+  x = jnp.asarray(np.random.default_rng(2).normal(size=(6, 10)), jnp.float32)
+  key = jax.random.PRNGKey(5)
+  y, vjp = jax.vjp(lambda v: _apply(0.4, v, key), x)
+  (g,) = vjp(jnp.ones_like(y))
+  t = round(0.6 * 65536)
+  kept = np.asarray(y) != 0
+  np.testing.assert_allclose(np.asarray(g), np.where(kept, 65536 / t, 0.0), rtol=1e-6)
+
+
+def test_broadcast_dims_share_one_mask():
+  y = np.asarray(_apply(0.5, jnp.ones((4, 3, 6)), jax.random.PRNGKey(0), broadcast_dims=(1,)))
+  assert (y == y[:, :1]).all() and 0 < (y == 0).mean() < 1
+
+
+def test_edge_cases():
+  x = jnp.arange(1.0, 9.0).reshape(2, 4)
+  key = jax.random.PRNGKey(0)
+  np.testing.assert_array_equal(_apply(0.0, x, key), x)
+  np.testing.assert_array_equal(_apply(1.0, x, key), jnp.zeros_like(x))
+  np.testing.assert_array_equal(  # A rate below half a step of 2**-16: nothing dropped.
+      _apply(1e-6, x, key), x)
+  np.testing.assert_array_equal(
+      dropout.Dropout(0.5).apply({}, x, deterministic=True), x)
+  with pytest.raises(ValueError, match="dropout rate 1.5 is not in"):
+    _apply(1.5, x, key)
