@@ -1,5 +1,6 @@
 """mural.models.dropout: the mask against a NumPy reading of the same draws, its rate, its
-independence between the two halves of a draw, its gradient, and its edge cases."""
+independence between the two halves of a draw, its gradient, its edge cases; and BERT's attention
+dropout, one mask per example and head."""
 
 import jax
 import jax.numpy as jnp
@@ -76,3 +77,23 @@ def test_edge_cases():
       dropout.Dropout(0.5).apply({}, x, deterministic=True), x)
   with pytest.raises(ValueError, match="dropout rate 1.5 is not in"):
     _apply(1.5, x, key)
+
+
+def test_bert_attention_drops_each_probability_of_each_example_and_head():
+  from mural.models import bert
+  rng = np.random.default_rng(4)
+  q, k, v = (np.repeat(rng.normal(size=(1, 5, 3, 4)), 2, axis=0) for _ in range(3))  # 2 equal rows.
+  key = jax.random.PRNGKey(9)
+  got = np.asarray(bert.attention(*map(jnp.asarray, (q, k, v)), dropout_rng=key, dropout_rate=0.5,
+                                  deterministic=False))
+  scores = np.einsum("bqhd,bkhd->bhqk", q, k) / 2.0
+  probs = np.exp(scores - scores.max(-1, keepdims=True))
+  probs /= probs.sum(-1, keepdims=True)
+  keep, scale = dropout.keep_mask(key, 0.5, (2, 3, 5, 5))
+  keep = np.asarray(keep)
+  want = np.einsum("bhqk,bkhd->bqhd", probs * keep * scale, v)
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  assert (keep[0] != keep[1]).any() and (keep[:, 0] != keep[:, 1]).any()  # Examples, heads: own masks.
+  assert not np.allclose(got[0], got[1])
+  plain = bert.attention(*map(jnp.asarray, (q, k, v)), dropout_rng=key, dropout_rate=0.5)
+  np.testing.assert_allclose(plain, np.einsum("bhqk,bkhd->bqhd", probs, v), rtol=1e-5, atol=1e-6)

@@ -36,6 +36,20 @@ def _layer_norm(name, **kw):
                       bias_init=_named(nn.initializers.zeros, ("norm",)), **kw)
 
 
+def attention(query, key, value, mask=None, dropout_rng=None, dropout_rate=0.0,
+              deterministic=True, dtype=None, precision=None, force_fp32_for_softmax=False):
+  """flax's dot-product attention with BERT's attention dropout: each probability of each
+  example and head dropped on its own (flax's default shares one [q, k] mask across the batch
+  and the heads), drawn as mural.models.dropout draws."""
+  weights = nn.dot_product_attention_weights(
+      query, key, mask=mask, dtype=dtype, precision=precision,
+      force_fp32_for_softmax=force_fp32_for_softmax)
+  if not deterministic and dropout_rate > 0.0:
+    keep, scale = dropout.keep_mask(dropout_rng, 1.0 - dropout_rate, weights.shape)
+    weights = jnp.where(keep, weights * jnp.asarray(scale, weights.dtype), 0).astype(weights.dtype)
+  return jnp.einsum("...hqk,...khd->...qhd", weights, value, precision=precision)
+
+
 class EncoderLayer(nn.Module):
   """Post-LN: x = LN(x + Attn(x)); x = LN(x + MLP(x))."""
   num_heads: int
@@ -61,7 +75,8 @@ class EncoderLayer(nn.Module):
         bias_init=_named(nn.initializers.zeros, ("heads", "kv")),
         out_kernel_init=_named(_init, ("heads", "kv", "embed")),
         out_bias_init=_named(nn.initializers.zeros, ("embed",)),
-        force_fp32_for_softmax=True, name="attention", **kw)(x, kv, mask=attention_mask)
+        force_fp32_for_softmax=True, attention_fn=attention, name="attention",
+        **kw)(x, kv, mask=attention_mask)
     x = _layer_norm("attention_norm", **kw)(x + drop(y))
     y = _dense(self.mlp_dim, "embed", "mlp", "mlp_in", **kw)(x)
     y = _dense(hidden, "mlp", "embed", "mlp_out", **kw)(nn.gelu(y, approximate=False))
