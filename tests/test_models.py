@@ -255,6 +255,37 @@ def test_cls_alone_through_the_last_layer_is_the_sequence_output_and_costs_less(
   assert not np.allclose(run(jax.random.key(3)), run(jax.random.key(4)))
 
 
+def test_bert_attention_has_flax_attentions_parameters_outputs_and_gradients():
+  """bert.Attention against flax's MultiHeadDotProductAttention: the same parameter tree
+  (names, shapes, logical axes), and with flax's parameters the same outputs and gradients,
+  self-attention and one query position against the whole sequence (the [CLS] path)."""
+  h, heads, length = 16, 4, 6
+  init = nn.with_logical_partitioning(nn.initializers.normal(0.5), ("embed", "heads", "kv"))
+  out_init = nn.with_logical_partitioning(nn.initializers.normal(0.5), ("heads", "kv", "embed"))
+  bias = lambda names: nn.with_logical_partitioning(nn.initializers.normal(0.5), names)
+  kw = dict(num_heads=heads, dropout_rate=0.0, kernel_init=init, bias_init=bias(("heads", "kv")),
+            out_kernel_init=out_init, out_bias_init=bias(("embed",)))
+  ours = bert.Attention(**kw)
+  flax_mha = nn.MultiHeadDotProductAttention(**kw, force_fp32_for_softmax=True, deterministic=True)
+  x = jax.random.normal(jax.random.key(1), (3, length, h))
+  mask = nn.make_attention_mask(jnp.arange(length)[None] < jnp.array([[6], [4], [1]]),
+                                jnp.arange(length)[None] < jnp.array([[6], [4], [1]]))
+  theirs = flax_mha.init(jax.random.key(0), x, x, mask=mask)["params"]
+  mine = ours.init(jax.random.key(0), x, x, mask, True)["params"]
+  described = lambda tree: jax.tree.map(lambda p: (p.value.shape, p.names), tree,
+                                        is_leaf=lambda p: isinstance(p, nn.Partitioned))
+  assert described(mine) == described(theirs)
+  params = nn.unbox(theirs)
+  for q, m in ((x, mask), (x[:, :1], mask[:, :, :1])):
+    f_ours = lambda p, q: ours.apply({"params": p}, q, x, m, True)
+    f_flax = lambda p, q: flax_mha.apply({"params": p}, q, x, mask=m)
+    np.testing.assert_allclose(f_ours(params, q), f_flax(params, q), rtol=1e-5, atol=1e-5)
+    w = jax.random.normal(jax.random.key(2), q.shape)
+    g_ours = jax.grad(lambda p, q: jnp.sum(f_ours(p, q) * w), argnums=(0, 1))(params, q)
+    g_flax = jax.grad(lambda p, q: jnp.sum(f_flax(p, q) * w), argnums=(0, 1))(params, q)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5), g_ours, g_flax)
+
+
 def test_factorised_token_embedding_is_projected():
   config = load_config("tiny").model.text
   config.token_embed_dim = 16
