@@ -82,7 +82,8 @@ class Attention(nn.Module):
                             name=name, **kw)(rows)
       return out.reshape(inputs.shape[:-1] + heads)
 
-    query, key, value = project("query", inputs_q), project("key", inputs_kv), project("value", inputs_kv)
+    query = project("query", inputs_q)
+    key, value = project("key", inputs_kv), project("value", inputs_kv)
     dropout_rng = None if deterministic or self.dropout_rate == 0.0 else self.make_rng("dropout")
     y = attention(query, key, value, mask=mask, dropout_rng=dropout_rng,
                   dropout_rate=self.dropout_rate, deterministic=deterministic, dtype=self.dtype)
