@@ -386,8 +386,8 @@ ffi::Error SqueezeForward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> y,
       }
       for (int64_t ch = 0; ch < c; ++ch) acc[ch] += row[ch];
     }
-    const float n = static_cast<float>(h * w);
-    for (int64_t ch = 0; ch < c; ++ch) acc[ch] /= n;
+    const float pixels = static_cast<float>(h * w);
+    for (int64_t ch = 0; ch < c; ++ch) acc[ch] /= pixels;
   });
   return ffi::Error::Success();
 }
