@@ -57,6 +57,39 @@ def test_native_norm_act_depthwise_conv_is_the_composition(shape, k, stride):
     np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * np.abs(w).max(), err_msg=name)
 
 
+def _expand_reference(x, w, scale, bias, kernel, stride):
+  return _reference(jnp.einsum("bhwk,kn->bhwn", x, w[0, 0]), scale, bias, kernel, stride)
+
+
+@pytest.mark.parametrize("shape,features,k,stride", [
+    ((2, 8, 8, 6), 20, 3, 1), ((3, 9, 7, 8), 24, 5, 2), ((6, 1, 1, 4), 16, 3, 1),
+    ((2 * kernels.BATCH_PARTS + 6, 3, 4, 4), 16, 3, 2)])
+def test_native_expand_norm_act_depthwise_is_the_composition(shape, features, k, stride):
+  """The expand conv + norm + swish + depthwise op, with its statistics from x's Gram
+  matrix and its backward folded into the conv's gradients, against float64 autodiff."""
+  rng = np.random.default_rng(sum(shape) + features + k + stride)
+  args = [rng.normal(size=shape) + 0.5, rng.normal(size=(1, 1, shape[-1], features)),
+          rng.normal(size=features) + 1, rng.normal(size=features),
+          rng.normal(size=(k, k, 1, features))]
+  ct = rng.normal(size=(shape[0], -(-shape[1] // stride), -(-shape[2] // stride), features))
+  with jax.enable_x64(True):
+    want, pull = jax.vjp(functools.partial(_expand_reference, stride=stride),
+                         *(jnp.asarray(a) for a in args))
+    want = [want, *pull(jnp.asarray(ct))]
+    y = jnp.einsum("bhwk,kn->bhwn", jnp.asarray(args[0]), jnp.asarray(args[1])[0, 0])
+    want_stats = [jnp.mean(y, (0, 1, 2)), jnp.var(y, (0, 1, 2))]
+  op = jax.jit(lambda *a: jax.vjp(functools.partial(
+      efficientnet.native_expand_norm_act_depthwise, epsilon=1e-3, stride=stride), *a))
+  got, pull = op(*(jnp.asarray(a, jnp.float32) for a in args))
+  got = [got, *pull(jnp.asarray(ct, jnp.float32))]
+  got_stats = efficientnet.pointwise_batch_stats(*(jnp.asarray(a, jnp.float32) for a in args[:2]))
+  for name, g, w in zip(("y", "dx", "dw", "d_scale", "d_bias", "d_kernel", "mean", "var"),
+                        got + list(got_stats[:2]), want + want_stats):
+    g, w = np.asarray(g, np.float64), np.asarray(w)
+    assert g.shape == w.shape, name
+    np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * np.abs(w).max(), err_msg=name)
+
+
 def _squeeze_excite_reference(y, scale, bias, w_reduce, b_reduce, w_expand, b_expand):
   mean, var = jnp.mean(y, (0, 1, 2)), jnp.var(y, (0, 1, 2))
   a = jax.nn.swish((y - mean) / jnp.sqrt(var + 1e-3) * scale + bias)

@@ -317,14 +317,15 @@ depthwise_conv.defvjp(_depthwise_fwd, _depthwise_bwd)
 class NormAct(NamedTuple):
   """A training batch norm + swish of x, not yet computed, that the depthwise conv after it
   applies in its own op (FusedBatchNorm(defer=True), Conv, norm_act_depthwise_conv)."""
-  x: jax.Array  # The norm's input [B, H, W, C].
+  x: Any  # The norm's input [B, H, W, C], or a Pointwise that computes it.
   scale: jax.Array
   bias: jax.Array
   epsilon: float
   dtype: Any  # Of the activation.
 
   def materialize(self):
-    return batch_norm_act(self.x, self.scale, self.bias, self.epsilon, True, self.dtype)[0]
+    x = self.x.materialize() if isinstance(self.x, Pointwise) else self.x
+    return batch_norm_act(x, self.scale, self.bias, self.epsilon, True, self.dtype)[0]
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
@@ -394,6 +395,81 @@ def _native_norm_act_depthwise_bwd(epsilon, stride, residuals, g):
 
 native_norm_act_depthwise_conv.defvjp(_native_norm_act_depthwise_fwd,
                                       _native_norm_act_depthwise_bwd)
+
+
+class Pointwise(NamedTuple):
+  """x @ w over the pixels (a 1x1 conv), not yet computed: a block's expand conv, whose
+  norm + swish + depthwise conv after it are one op (native_expand_norm_act_depthwise)."""
+  x: jax.Array  # [B, H, W, K]
+  w: jax.Array  # The conv's kernel [1, 1, K, N].
+
+  @property
+  def shape(self):
+    return (*self.x.shape[:-1], self.w.shape[-1])
+
+  @property
+  def dtype(self):
+    return jnp.result_type(self.x, self.w)
+
+  def materialize(self):
+    return pointwise_conv(self.x, self.w)
+
+
+def pointwise_batch_stats(x, w):
+  """_batch_stats(x @ w) from x's column sums and Gram matrix (K channels, not N = 6K):
+  mean = mean(x) @ w, E[y^2] = diag(w' (x'x / n) w). Also returns the sums and the Gram
+  matrix, which the backward of native_expand_norm_act_depthwise uses."""
+  x = x.reshape(-1, x.shape[-1])
+  w = w.reshape(x.shape[-1], -1)
+  n = x.shape[0]
+  col_sum, gram = jnp.sum(x, 0), x.T @ x
+  mean = col_sum @ w / n
+  var = jnp.maximum(0.0, jnp.sum(w * (gram @ w), 0) / n - jnp.square(mean))
+  return mean, var, col_sum, gram
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+def native_expand_norm_act_depthwise(x, w, scale, bias, kernel, epsilon: float, stride: int):
+  """native_norm_act_depthwise_conv(pointwise_conv(x, w), ...): a block's expand conv,
+  norm, swish and depthwise conv, with the norm's statistics from x's Gram matrix
+  (pointwise_batch_stats) instead of two passes over the expanded activation.
+
+  The backward never writes the norm's input gradient dy out: dy is dz * A + y * B + C
+  per channel (A, B, C from the norm's two sums), so the expand conv's gradients are
+  x' dz * A + (x'x) w * B + sum(x) C' for w and dz (w * A)' + x (w * B) w' + (w C)'
+  for x, with the [K, K] Gram matrix in place of y. Forward + backward on B0's first
+  expanded block (16 -> 96 channels at 64 x 64, batch 128): 182-184 ms against 203-223
+  for the composition (benchmarks/README.md)."""
+  return _native_expand_fwd(x, w, scale, bias, kernel, epsilon, stride)[0]
+
+
+def _native_expand_fwd(x, w, scale, bias, kernel, epsilon, stride):
+  y = pointwise_conv(x, w)
+  mean, var, col_sum, gram = pointwise_batch_stats(x, w)
+  inv = lax.rsqrt(var + epsilon)
+  out = kernels.norm_act_depthwise_forward(y, mean, inv, scale, bias, kernel[:, :, 0], stride)
+  return out, (x, w, y, scale, bias, mean, inv, kernel, col_sum, gram)
+
+
+def _native_expand_bwd(epsilon, stride, residuals, g):
+  del epsilon
+  x, w, y, scale, bias, mean, inv, kernel, col_sum, gram = residuals
+  dz, dk, d_bias, d_scale = kernels.norm_act_depthwise_backward(
+      y, mean, inv, scale, bias, kernel[:, :, 0], g, stride)
+  x2 = x.reshape(-1, x.shape[-1])
+  w2 = w.reshape(x2.shape[1], -1)
+  n = x2.shape[0]
+  dz = dz.reshape(n, -1)
+  # _norm_input_grad: dy = a * (dz - d_bias / n - (y - mean) * inv * d_scale / n).
+  a = scale * inv
+  b = -a * inv * d_scale / n
+  c = -a * d_bias / n - b * mean
+  dw = (x2.T @ dz) * a + (gram @ w2) * b + jnp.outer(col_sum, c)
+  dx = dz @ (w2 * a).T + x2 @ ((w2 * b) @ w2.T) + w2 @ c
+  return dx.reshape(x.shape), dw.reshape(w.shape), d_scale, d_bias, dk.reshape(kernel.shape)
+
+
+native_expand_norm_act_depthwise.defvjp(_native_expand_fwd, _native_expand_bwd)
 
 
 def _squeeze_excite_gate(pooled, w_reduce, b_reduce, w_expand, b_expand):
@@ -511,6 +587,15 @@ class Conv(nn.Module):
     fast = impl in ("fast", "native")
     kernel, bias = self.weights((inputs.x if isinstance(inputs, NormAct) else inputs).shape[-1])
     channels = kernel.shape[2] * groups
+    if isinstance(inputs, NormAct) and isinstance(inputs.x, Pointwise):
+      # MBConv makes one only where the native op applies.
+      kernel, bias = nn.dtypes.promote_dtype(kernel, bias, dtype=self.dtype)
+      if (impl == "native" and groups == self.features == channels and k > 1
+          and _native_applies(inputs.x.x, inputs.x.w, inputs.scale, inputs.bias, kernel)):
+        y = native_expand_norm_act_depthwise(inputs.x.x, inputs.x.w, inputs.scale, inputs.bias,
+                                             kernel, inputs.epsilon, self.strides)
+        return y if bias is None else y + bias
+      inputs = inputs._replace(x=inputs.x.materialize())
     if isinstance(inputs, NormAct):
       x, kernel, bias = nn.dtypes.promote_dtype(inputs.x, kernel, bias, dtype=self.dtype)
       if (fast and groups == self.features == channels and k > 1
@@ -657,12 +742,16 @@ class FusedBatchNorm(nn.Module):
     ra_var = self.variable("batch_stats", "var", lambda s: jnp.ones(s, jnp.float32), features)
     scale = self.param("scale", self.scale_init, features, self.param_dtype)
     bias = self.param("bias", self.bias_init, features, self.param_dtype)
-    dtype = self.dtype or jnp.result_type(x, scale, bias)
+    dtype = self.dtype or jnp.result_type(x.dtype, scale, bias)
+    if isinstance(x, Pointwise) and not (self.defer and self.swish and not self.use_running_average):
+      x = x.materialize()
     if self.use_running_average:
       y = (x - ra_mean.value) * (lax.rsqrt(ra_var.value + self.epsilon) * scale) + bias
       return (nn.swish(y.astype(dtype)) if self.swish else y).astype(dtype)
     if self.defer and self.swish:
-      mean, var = lax.stop_gradient(_batch_stats(x))  # The same as the op's: XLA computes them once.
+      # The same as the op's: XLA computes them once.
+      stats = pointwise_batch_stats(x.x, x.w)[:2] if isinstance(x, Pointwise) else _batch_stats(x)
+      mean, var = lax.stop_gradient(stats)
       y = NormAct(x, scale, bias, self.epsilon, jnp.dtype(dtype))
     else:
       y, mean, var = batch_norm_act(x, scale, bias, self.epsilon, self.swish, jnp.dtype(dtype))
@@ -713,7 +802,14 @@ class MBConv(nn.Module):
     mid = self.in_filters * self.expand_ratio
     x = inputs
     if self.expand_ratio != 1:
-      x = conv(mid, CONV, name="expand_conv")(x)
+      if (train and self._native and resolve_norm_impl(self.norm_impl) == "fused"
+          and self.dtype == jnp.float32 and _native_applies(x)):
+        # The conv, its norm + swish and the depthwise conv are one op there
+        # (native_expand_norm_act_depthwise).
+        w, _ = conv(mid, CONV, name="expand_conv", cls=ConvWeights)(x.shape[-1])
+        x = Pointwise(x, w)
+      else:
+        x = conv(mid, CONV, name="expand_conv")(x)
       x = bn("expand_bn", defer=True)(x)  # The depthwise conv applies it (norm_act_depthwise_conv).
     x = conv(mid, DEPTHWISE, kernel=self.kernel, strides=self.stride,
              feature_group_count=mid, name="depthwise_conv")(x)
