@@ -13,7 +13,7 @@ on random inputs. Nothing of the step is re-implemented here.
   .venv/bin/python benchmarks/bench_step.py --no_dropout         # no dropout, as bench_open_clip.py's towers
   XLA_FLAGS=--xla_cpu_use_onednn=true .venv/bin/python benchmarks/bench_step.py   # XLA CPU options
   GLIBC_TUNABLES=glibc.malloc.hugetlb=0 .venv/bin/python benchmarks/bench_step.py  # without huge pages
-  .venv/bin/python benchmarks/bench_step.py --profile=/tmp/step_trace   # + per-op time of one step
+  .venv/bin/python benchmarks/bench_step.py --profile=/tmp/step_trace   # + per-op time of a step
   .venv/bin/python benchmarks/bench_step.py --image_size=64 --batch=16 --steps=3 --pipeline_batches=0  # smoke
 
 The default towers are those of a typical small CLIP benchmark: EfficientNet-B0
@@ -77,11 +77,17 @@ What it prints:
                  the image size, as benchmarks/bench_pipeline.py does) run on
                  its own after the step, and its ratio to the step's
                  consumption (the issue's target: >= 3x);
-  profile        with --profile=DIR: a jax.profiler trace of one more step in
-                 DIR, and the ops that took the most time in it, grouped by op
-                 kind (conv, dot, elementwise fusion, reduce, ...) and by
-                 model part (from the HLO metadata). An op's time is the wall
-                 time of its one trace event: an op split over the cores shows
+  profile        with --profile=DIR: a jax.profiler trace of --profile_steps more
+                 steps in DIR, and the ops that took the most time, grouped by
+                 op kind (conv, dot, elementwise fusion, reduce, ...) and by
+                 model part (from the HLO metadata). An op's time is its least
+                 over the traced steps: a traced step runs slower than an
+                 untraced one, and on this project's VMs every other step back
+                 to back is about 1 s slower, the extra time landing on the ops
+                 that touch fresh memory first (one traced step: 5.5 s, block
+                 1's expand matmul 0.30 s in it against 19 ms alone; the least
+                 over 5 sums to the untraced step). An op's time is the wall
+                 time of its trace event: an op split over the cores shows
                  as one event (an elementwise pass over [128, 64, 64, 96] took
                  13.5 ms on 2 cores, 26.8 ms under `taskset -c 0`), and ops that
                  run side by side (YNNPACK's reductions) are each counted, so
@@ -142,10 +148,13 @@ def parse_args(argv):
                  help="peak FLOP/s (GFLOP/s) to divide by, e.g. a GPU's datasheet figure; "
                       "default: the matmul measured here")
   p.add_argument("--pipeline_batches", type=int, default=20, help="timed input batches; 0: skip")
-  p.add_argument("--profile", default="", help="directory for a jax.profiler trace of one step")
+  p.add_argument("--profile", default="", help="directory for a jax.profiler trace of --profile_steps steps")
   p.add_argument("--top", type=int, default=25, help="ops listed by --profile")
+  p.add_argument("--profile_steps", type=int, default=5,
+                 help="steps traced by --profile; each op's time is its least over them")
   args = p.parse_args(argv)
-  for name, least in (("steps", 1), ("warmup", 0), ("pipeline_batches", 0), ("top", 1)):
+  for name, least in (("steps", 1), ("warmup", 0), ("pipeline_batches", 0), ("top", 1),
+                      ("profile_steps", 1)):
     if getattr(args, name) < least:  # Before the minute of building and compiling, not after.
       p.error(f"--{name} must be >= {least}, got {getattr(args, name)}")
   return args
@@ -286,7 +295,7 @@ def pipeline_rate(config, batches):
 
 
 # ---------------------------------------------------------------------------
-# --profile: per-op time of one step.
+# --profile: per-op time of a step, the least over several traced steps.
 
 
 def _hlo_ops(hlo_text):
@@ -348,26 +357,44 @@ def _part(op_name):
   return "other (loss, optimizer, glue)"
 
 
-def profile_step(compiled, state, batch, directory, top):
-  """Traces one step into `directory`; prints the top ops by time and totals by kind and part."""
+def least_over_steps(events, steps):
+  """{op: [(start, seconds), ...]} of `steps` traced steps -> {op: its least time in a step}.
+  An op with the same number of events in every step (several inside a loop) gets the
+  least of the steps' sums, the events taken in time order; one without, its mean."""
+  per_op = {}
+  for name, timed in events.items():
+    times = [t for _, t in sorted(timed)]
+    if len(times) % steps == 0:
+      per_step = len(times) // steps
+      per_op[name] = min(sum(times[i * per_step:(i + 1) * per_step]) for i in range(steps))
+    else:
+      per_op[name] = sum(times) / steps
+  return per_op
+
+
+def profile_step(compiled, state, batch, directory, top, steps):
+  """Traces `steps` steps into `directory`; prints the top ops by their least time over
+  the steps, and totals by kind and part."""
   import jax  # pylint: disable=g-import-not-at-top
   with jax.profiler.trace(directory):
-    state, metrics = compiled(state, batch)
-    jax.block_until_ready((state, metrics))
+    for _ in range(steps):
+      state, metrics = compiled(state, batch)
+      jax.block_until_ready((state, metrics))
   paths = [os.path.join(r, f) for r, _, fs in os.walk(directory) for f in fs if f.endswith(".xplane.pb")]
   if not paths:
     print(f"profile: no .xplane.pb under {directory}")
     return state, {}
   data = jax.profiler.ProfileData.from_file(max(paths, key=os.path.getmtime))
   ops = _hlo_ops(compiled.as_text())
-  per_op = {}
+  events = {}
   for plane in data.planes:
     for line in plane.lines:
       for event in line.events:
         name = event.name
         # Containers (a loop, a call) span the ops inside them, which have their own events.
         if name in ops and ops[name][0] not in ("while", "call", "conditional"):
-          per_op[name] = per_op.get(name, 0.0) + event.duration_ns / 1e9
+          events.setdefault(name, []).append((event.start_ns, event.duration_ns / 1e9))
+  per_op = least_over_steps(events, steps)
   total = sum(per_op.values())
   if not total:
     print("profile: no per-op events (needs --xla_cpu_enable_xprof_traceme=true in XLA_FLAGS)")
@@ -378,7 +405,8 @@ def profile_step(compiled, state, batch, directory, top):
     cat, part = _category(opcode, body), _part(meta)
     by_cat[cat] = by_cat.get(cat, 0.0) + s
     by_part[part] = by_part.get(part, 0.0) + s
-  print(f"profile: {total:.2f} s in {len(per_op)} XLA ops (each op's wall time, summed), "
+  print(f"profile: {total:.2f} s in {len(per_op)} XLA ops (each op's least wall time over "
+        f"{steps} traced steps, summed), "
         f"trace in {directory}")
   print("  by op kind:   " + ", ".join(f"{k} {v / total:.0%}" for k, v in
                                         sorted(by_cat.items(), key=lambda kv: -kv[1])))
@@ -544,7 +572,8 @@ def main(argv=None) -> None:
 
   result_prof = {}
   if args.profile:
-    state, result_prof = profile_step(compiled, state, batch, args.profile, args.top)
+    state, result_prof = profile_step(compiled, state, batch, args.profile, args.top,
+                                      args.profile_steps)
 
   print(json.dumps({
       "cpu": cpu_name(), "load_avg": [round(x, 2) for x in load],

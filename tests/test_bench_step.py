@@ -32,8 +32,16 @@ def test_xla_cost_reads_flops_and_bytes_of_a_dot():
 
 def test_counts_below_their_least_are_a_clear_error(capsys):
   bench = load_benchmark("bench_step")
-  for flag in ("--steps=0", "--warmup=-1", "--pipeline_batches=-2"):
+  for flag in ("--steps=0", "--warmup=-1", "--pipeline_batches=-2", "--profile_steps=0"):
     with pytest.raises(SystemExit):
       bench.parse_args([flag])
     assert f"{flag.split('=')[0]} must be >= " in capsys.readouterr().err
   assert bench.parse_args(["--steps=1", "--warmup=0", "--pipeline_batches=0"]).steps == 1
+
+
+def test_profile_takes_each_ops_least_time_over_the_traced_steps():
+  events = {"dot": [(30, 0.9), (10, 0.2), (20, 0.3)],             # One a step: the least.
+            "loop_body": [(1, 0.1), (2, 0.1), (11, 0.5), (12, 0.4), (21, 0.1), (22, 0.3)],
+            "odd": [(5, 0.6), (15, 0.3)]}                          # Not one a step: the mean.
+  got = load_benchmark("bench_step").least_over_steps(events, steps=3)
+  assert got == pytest.approx({"dot": 0.2, "loop_body": 0.2, "odd": 0.3})
