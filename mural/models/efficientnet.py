@@ -15,9 +15,10 @@ parameters (`conv_impl`, config.model.image.conv_impl):
           convs as one matmul and other convs as patches @ kernel: XLA's CPU
           convolutions are several times slower than these (project issue 9,
           jax-ml/jax#23713, openxla/xla#34273; benchmarks/bench_convs.py);
-  'native' 'fast', and with 'fused' norms, in training, a block's expand norm +
-          swish + depthwise conv and its depthwise norm + swish + squeeze-excite
-          in float32 by mural's C++ kernels (mural/kernels, built on first use;
+  'native' 'fast', and with 'fused' norms, in training, a block's expand conv +
+          norm + swish + depthwise conv and its depthwise norm + swish +
+          squeeze-excite in float32 by mural's C++ kernels (mural/kernels, built
+          on first use; native_expand_norm_act_depthwise,
           native_norm_act_depthwise_conv, native_norm_act_squeeze_excite): the
           CPU only;
   'auto'  'native' where the default backend is the CPU and the kernels build,
