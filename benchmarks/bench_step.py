@@ -86,8 +86,8 @@ What it prints:
                  to back is about 1 s slower, the extra time landing on the ops
                  that touch fresh memory first (one traced step: 5.5 s, block
                  1's expand matmul 0.30 s in it against 19 ms alone; the least
-                 over 5 sums to the untraced step). An op's time is the wall
-                 time of its trace event: an op split over the cores shows
+                 over 5 sums to the untraced step). A trace event is the op's
+                 wall time: an op split over the cores shows
                  as one event (an elementwise pass over [128, 64, 64, 96] took
                  13.5 ms on 2 cores, 26.8 ms under `taskset -c 0`), and ops that
                  run side by side (YNNPACK's reductions) are each counted, so
