@@ -245,6 +245,32 @@ def test_norm_act_depthwise_conv_is_the_composition_with_its_gradients():
       assert_trees_close((got, got_pull(ct)), (want, want_pull(ct)), 1e-10)
 
 
+def test_a_pointwise_that_no_op_takes_is_computed_first():
+  """MBConv hands its expand conv to the depthwise conv as a lazy Pointwise only where the
+  native op takes it; anywhere else (another conv impl, a 1x1 conv, a norm in eval mode)
+  it is x @ w computed first, the same result as the plain path."""
+  rng = np.random.default_rng(3)
+  x, w = (jnp.asarray(rng.normal(size=s), jnp.float32) for s in ((2, 6, 6, 4), (1, 1, 4, 8)))
+  scale, bias = (jnp.asarray(rng.normal(size=8), jnp.float32) for _ in range(2))
+  plain_y = efficientnet.pointwise_conv(x, w)
+  lazy = efficientnet.NormAct(efficientnet.Pointwise(x, w), scale, bias, 1e-3, jnp.float32)
+  plain = efficientnet.NormAct(plain_y, scale, bias, 1e-3, jnp.float32)
+  assert lazy.x.shape == plain_y.shape and lazy.x.dtype == plain_y.dtype
+  for conv in (efficientnet.Conv(8, 3, feature_group_count=8, impl="fast"),
+               efficientnet.Conv(5, 1, impl="native")):
+    params = conv.init(jax.random.key(0), plain)
+    np.testing.assert_allclose(conv.apply(params, lazy), conv.apply(params, plain), rtol=1e-6)
+  norm = efficientnet.FusedBatchNorm(use_running_average=True, swish=True)
+  variables = norm.init(jax.random.key(0), plain_y)
+  np.testing.assert_allclose(norm.apply(variables, efficientnet.Pointwise(x, w)),
+                             norm.apply(variables, plain_y), rtol=1e-6)
+  # In training the statistics for the running averages come from x's Gram matrix.
+  train = efficientnet.FusedBatchNorm(use_running_average=False, swish=True, defer=True)
+  _, got = train.apply(variables, efficientnet.Pointwise(x, w), mutable=["batch_stats"])
+  _, want = train.apply(variables, plain_y, mutable=["batch_stats"])
+  assert_trees_close(got, want, 1e-5, 1e-6)
+
+
 def _tiny(impl, dtype=jnp.float32, norm="flax"):
   """The B0 table at width/depth 0.25 with the head conv, no stochastic depth."""
   return efficientnet.EfficientNet(0.25, 0.25, 0.2, stochastic_depth_rate=0.0,
