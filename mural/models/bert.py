@@ -45,8 +45,7 @@ def attention(query, key, value, mask=None, dropout_rng=None, dropout_rate=0.0,
   weights = nn.dot_product_attention_weights(query, key, mask=mask, dtype=dtype,
                                              force_fp32_for_softmax=True)
   if not deterministic and dropout_rate > 0.0:
-    keep, scale = dropout.keep_mask(dropout_rng, 1.0 - dropout_rate, weights.shape)
-    weights = jnp.where(keep, weights * jnp.asarray(scale, weights.dtype), 0).astype(weights.dtype)
+    weights = dropout.drop(dropout_rng, dropout_rate, weights)
   return jnp.einsum("...hqk,...khd->...qhd", weights, value)
 
 

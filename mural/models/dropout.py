@@ -37,6 +37,17 @@ def keep_mask(rng, keep_prob: float, shape: Sequence[int]):
   return halves < threshold, _LEVELS / threshold
 
 
+def drop(rng, rate: float, inputs, broadcast_dims: Sequence[int] = ()):
+  """inputs with each element (each slice along `broadcast_dims`) zeroed with probability
+  about `rate`, the rest scaled to keep the expectation: keep_mask's draws."""
+  shape = list(inputs.shape)
+  for dim in broadcast_dims:
+    shape[dim] = 1
+  keep, scale = keep_mask(rng, 1.0 - rate, shape)
+  keep = jnp.broadcast_to(keep, inputs.shape)
+  return jax.lax.select(keep, inputs * jnp.asarray(scale, inputs.dtype), jnp.zeros_like(inputs))
+
+
 class Dropout(nn.Module):
   """flax.linen.Dropout's interface and semantics, with `keep_mask`'s draws."""
   rate: float
@@ -53,9 +64,4 @@ class Dropout(nn.Module):
       return inputs
     if rng is None:
       rng = self.make_rng(self.rng_collection)
-    shape = list(inputs.shape)
-    for dim in self.broadcast_dims:
-      shape[dim] = 1
-    keep, scale = keep_mask(rng, 1.0 - self.rate, shape)
-    keep = jnp.broadcast_to(keep, inputs.shape)
-    return jax.lax.select(keep, inputs * jnp.asarray(scale, inputs.dtype), jnp.zeros_like(inputs))
+    return drop(rng, self.rate, inputs, self.broadcast_dims)
