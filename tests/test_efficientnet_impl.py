@@ -358,15 +358,21 @@ def test_tiny_efficientnet_train_step_matches_xla(tiny_variables, dtype=jnp.floa
     assert_trees_close(got, expected, tol, floor)
     jaxpr = lambda impl, norm: str(jax.make_jaxpr(functools.partial(
         _train_step, _tiny(impl, dtype, norm)))(variables, images, weights))
-    if dtype == jnp.float32:  # The C++ kernels (float32 only) in the six blocks with an expand conv.
-      native = jaxpr("native", "fused")
-      assert native.count("mural_norm_act_depthwise_fwd") == 6, native
+    if dtype == jnp.float32:  # The C++ kernels (float32 only) in the six blocks with an expand conv,
+      native = jaxpr("native", "fused")  # which they compute (mural_expand_norm_act_depthwise_*).
+      assert native.count("mural_expand_norm_act_depthwise_bwd") == 6, native
+      assert _depthwise_calls(native) == 6, native
       # And in all seven blocks, the depthwise norm + squeeze-excite.
       assert native.count("mural_excite_fwd") == 7, native
       assert_trees_close(step(_tiny("native", dtype, norm="fused"), variables, images, weights),
                          expected, tol, floor)
     # 'auto' is 'native' and 'fused' here: the same program.
     assert jaxpr("auto", "auto") == jaxpr("native", "fused")
+
+
+def _depthwise_calls(jaxpr: str) -> int:
+  """Forward calls of the C++ depthwise op in a jaxpr's text, with or without its expand conv."""
+  return jaxpr.count("mural_norm_act_depthwise_fwd") + jaxpr.count("mural_expand_norm_act_depthwise_fwd")
 
 
 def test_depthwise_grad_loop_takes_every_devices_share_per_step():
@@ -395,7 +401,7 @@ def test_first_block_applies_the_stem_norm_when_it_has_no_residual():
   variables = jax.eval_shape(lambda: b0.init(jax.random.key(0), images, train=False))
   jaxpr = str(jax.make_jaxpr(lambda v: b0.apply(v, images, train=True, mutable=["batch_stats"]))(
       variables))
-  assert jaxpr.count("mural_norm_act_depthwise_fwd") == 16
+  assert _depthwise_calls(jaxpr) == 16
   net = lambda impl, norm: efficientnet.EfficientNet(0.5, 0.25, 0.2, stochastic_depth_rate=0.0,
                                                      conv_impl=impl, norm_impl=norm)
   images = jax.random.normal(jax.random.key(1), (8, 32, 32, 3))
@@ -422,7 +428,7 @@ def test_native_runs_the_xla_ops_under_a_mesh_of_several_devices_and_in_bf16():
     else:
       with jax.sharding.use_abstract_mesh(mesh):
         jaxpr = str(jax.make_jaxpr(train)(variables))
-    return jaxpr.count("mural_norm_act_depthwise_fwd"), jaxpr.count("mural_excite_fwd")
+    return _depthwise_calls(jaxpr), jaxpr.count("mural_excite_fwd")
 
   assert calls() == (6, 7)
   assert calls(mesh=jax.sharding.AbstractMesh((1, 1, 1), ("data", "fsdp", "model"))) == (6, 7)

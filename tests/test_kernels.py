@@ -64,9 +64,15 @@ def _expand_reference(x, w, scale, bias, kernel, stride):
 @pytest.mark.parametrize("shape,features,k,stride", [
     ((2, 8, 8, 6), 20, 3, 1), ((3, 9, 7, 8), 24, 5, 2), ((6, 1, 1, 4), 16, 3, 1),
     ((2 * kernels.BATCH_PARTS + 6, 3, 4, 4), 16, 3, 2)])
-def test_native_expand_norm_act_depthwise_is_the_composition(shape, features, k, stride):
+@pytest.mark.parametrize("expand_in_kernel", [True, False])
+def test_native_expand_norm_act_depthwise_is_the_composition(shape, features, k, stride,
+                                                             expand_in_kernel, monkeypatch):
   """The expand conv + norm + swish + depthwise op, with its statistics from x's Gram
-  matrix and its backward folded into the conv's gradients, against float64 autodiff."""
+  matrix and its backward folded into the conv's gradients, against float64 autodiff:
+  with x @ w computed by the C++ op (odd pixel and channel counts reach its loops'
+  remainders) and by XLA."""
+  monkeypatch.setattr(efficientnet, "KERNEL_EXPAND_MAX_CHANNELS",
+                      shape[-1] if expand_in_kernel else shape[-1] - 1)
   rng = np.random.default_rng(sum(shape) + features + k + stride)
   args = [rng.normal(size=shape) + 0.5, rng.normal(size=(1, 1, shape[-1], features)),
           rng.normal(size=features) + 1, rng.normal(size=features),

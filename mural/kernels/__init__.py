@@ -42,6 +42,8 @@ FLAGS = ("-O3", "-march=native", "-fno-trapping-math", "-fno-math-errno", "-std=
 BATCH_PARTS = 32
 TARGETS = {"mural_norm_act_depthwise_fwd": "MuralNormActDepthwiseForward",
            "mural_norm_act_depthwise_bwd": "MuralNormActDepthwiseBackward",
+           "mural_expand_norm_act_depthwise_fwd": "MuralExpandNormActDepthwiseForward",
+           "mural_expand_norm_act_depthwise_bwd": "MuralExpandNormActDepthwiseBackward",
            "mural_squeeze_fwd": "MuralSqueezeForward",
            "mural_excite_fwd": "MuralExciteForward",
            "mural_excite_sums": "MuralExciteSums",
@@ -125,35 +127,46 @@ def _check():
     raise RuntimeError(f"mural's C++ kernels are not available: {unavailable_reason()}")
 
 
-def norm_act_depthwise_forward(x, mean, inv, scale, bias, kernel, stride: int):
+def norm_act_depthwise_forward(x, mean, inv, scale, bias, kernel, stride: int, w=None):
   """depthwise_conv(swish((x - mean) * (inv * scale) + bias), kernel, stride), SAME.
 
-  x [B, H, W, C] float32; mean, inv, scale, bias [C]; kernel [K, K, C].
+  x [B, H, W, C] float32; mean, inv, scale, bias [C]; kernel [K, K, C]. With w [K, C],
+  x is [B, H, W, K] and the norm's input is x @ w (the block's expand conv), which the
+  kernel computes image by image and never writes out.
   """
   _check()
-  b, h, w, c = x.shape
-  out = jax.ShapeDtypeStruct((b, -(-h // stride), -(-w // stride), c), jnp.float32)
-  call = jax.ffi.ffi_call("mural_norm_act_depthwise_fwd", out, vmap_method="sequential")
-  return call(x, mean, inv, scale, bias, kernel, stride=stride)
+  b, h, width = x.shape[:3]
+  c = kernel.shape[-1]
+  out = jax.ShapeDtypeStruct((b, -(-h // stride), -(-width // stride), c), jnp.float32)
+  if w is None:
+    call = jax.ffi.ffi_call("mural_norm_act_depthwise_fwd", out, vmap_method="sequential")
+    return call(x, mean, inv, scale, bias, kernel, stride=stride)
+  call = jax.ffi.ffi_call("mural_expand_norm_act_depthwise_fwd", out, vmap_method="sequential")
+  return call(x, w, mean, inv, scale, bias, kernel, stride=stride)
 
 
-def norm_act_depthwise_backward(x, mean, inv, scale, bias, kernel, grad, stride: int):
+def norm_act_depthwise_backward(x, mean, inv, scale, bias, kernel, grad, stride: int, w=None):
   """The forward's backward up to the norm: (dz, dkernel, sum(dz), sum(dz * xhat)).
 
-  dz [B, H, W, C] is the gradient at z = (x - mean) * (inv * scale) + bias, the
-  norm's output before swish; xhat = (x - mean) * inv. The kernel returns the kernel
-  gradient and the sums of each of BATCH_PARTS parts of the batch (one task each), and
-  they are summed over the parts here.
+  dz [B, H, W, C] is the gradient at z = (x - mean) * (inv * scale) + bias (x @ w with
+  w), the norm's output before swish; xhat = (x - mean) * inv. The kernel returns the
+  kernel gradient and the sums of each of BATCH_PARTS parts of the batch (one task
+  each), and they are summed over the parts here.
   """
   _check()
-  b, _, _, c = x.shape
-  k = kernel.shape[0]
+  b, h, width = x.shape[:3]
+  k, c = kernel.shape[0], kernel.shape[-1]
   parts = min(b, BATCH_PARTS)
-  shapes = (jax.ShapeDtypeStruct(x.shape, jnp.float32),
+  shapes = (jax.ShapeDtypeStruct((b, h, width, c), jnp.float32),
             jax.ShapeDtypeStruct((parts, k * k, c), jnp.float32),
             jax.ShapeDtypeStruct((parts, 2, c), jnp.float32))
-  call = jax.ffi.ffi_call("mural_norm_act_depthwise_bwd", shapes, vmap_method="sequential")
-  dz, dkernel, sums = call(x, mean, inv, scale, bias, kernel, grad, stride=stride)
+  if w is None:
+    call = jax.ffi.ffi_call("mural_norm_act_depthwise_bwd", shapes, vmap_method="sequential")
+    dz, dkernel, sums = call(x, mean, inv, scale, bias, kernel, grad, stride=stride)
+  else:
+    call = jax.ffi.ffi_call("mural_expand_norm_act_depthwise_bwd", shapes,
+                            vmap_method="sequential")
+    dz, dkernel, sums = call(x, w, mean, inv, scale, bias, kernel, grad, stride=stride)
   sums = jnp.sum(sums, axis=0)
   return dz, jnp.sum(dkernel, axis=0).reshape(kernel.shape), sums[0], sums[1]
 

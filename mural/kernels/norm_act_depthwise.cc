@@ -67,19 +67,26 @@ void Same(int64_t size, int64_t k, int64_t stride, int64_t* out, int64_t* before
   *padded = size + total;
 }
 
-ffi::Error MakeGeometry(ffi::Buffer<ffi::F32>& x, ffi::Buffer<ffi::F32>& kernel,
-                        int64_t stride, Geometry* g) {
-  auto xd = x.dimensions();
+ffi::Error MakeGeometry(int64_t b, int64_t h, int64_t w, int64_t c,
+                        ffi::Buffer<ffi::F32>& kernel, int64_t stride, Geometry* g) {
   auto kd = kernel.dimensions();
-  if (xd.size() != 4 || kd.size() != 3 || kd[0] != kd[1] || kd[2] != xd[3] ||
-      stride < 1) {
+  if (kd.size() != 3 || kd[0] != kd[1] || kd[2] != c || stride < 1) {
     return ffi::Error::InvalidArgument(
         "norm_act_depthwise: want x [B, H, W, C], kernel [K, K, C], stride >= 1");
   }
-  g->b = xd[0], g->h = xd[1], g->w = xd[2], g->c = xd[3], g->k = kd[0], g->stride = stride;
+  g->b = b, g->h = h, g->w = w, g->c = c, g->k = kd[0], g->stride = stride;
   Same(g->h, g->k, stride, &g->out_h, &g->top, &g->pad_h);
   Same(g->w, g->k, stride, &g->out_w, &g->left, &g->pad_w);
   return ffi::Error::Success();
+}
+
+ffi::Error MakeGeometry(ffi::Buffer<ffi::F32>& x, ffi::Buffer<ffi::F32>& kernel,
+                        int64_t stride, Geometry* g) {
+  auto xd = x.dimensions();
+  if (xd.size() != 4) {
+    return ffi::Error::InvalidArgument("norm_act_depthwise: want x [B, H, W, C]");
+  }
+  return MakeGeometry(xd[0], xd[1], xd[2], xd[3], kernel, stride, g);
 }
 
 // Runs body(i) for i in [0, n) on the caller and the pool's other threads: each takes
@@ -229,21 +236,86 @@ void ScatterRow(const Geometry& g, int64_t oh, const float* s, float* ds, const 
   for (; c0 < g.c; ++c0) ScatterChunk<1>(g, oh, c0, s, ds, grad, kernel, dk);
 }
 
-ffi::Error Forward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> mean,
-                   ffi::Buffer<ffi::F32> inv, ffi::Buffer<ffi::F32> scale,
-                   ffi::Buffer<ffi::F32> bias, ffi::Buffer<ffi::F32> kernel,
-                   ffi::ResultBuffer<ffi::F32> y, int64_t stride) {
-  Geometry g;
-  if (auto e = MakeGeometry(x, kernel, stride, &g); e.failure()) return e;
+// y[p, l] = sum_i x[p, i] * w[i, l] for q pixels and n channels: x [q, k] (rows of k),
+// w and y rows of c. The q * n sums stay in registers over the k inputs.
+template <int64_t q, int64_t n>
+inline void ExpandChunk(int64_t k, int64_t c, const float* __restrict x,
+                        const float* __restrict w, float* __restrict y) {
+  float acc[q][n] = {};
+  for (int64_t i = 0; i < k; ++i) {
+    for (int64_t p = 0; p < q; ++p) {
+      const float xv = x[p * k + i];
+      for (int64_t l = 0; l < n; ++l) acc[p][l] += xv * w[i * c + l];
+    }
+  }
+  for (int64_t p = 0; p < q; ++p) {
+    for (int64_t l = 0; l < n; ++l) y[p * c + l] = acc[p][l];
+  }
+}
+
+// One AVX-512 register of float32 (GCC's vector extension; loads need not be aligned).
+typedef float Lanes __attribute__((vector_size(kLanes * sizeof(float)), aligned(sizeof(float))));
+
+// ExpandChunk<q, kLanes> written with Lanes: GCC did not keep the plain loops' sums in
+// registers (the expand conv ran at about 20 GFLOP/s).
+template <int64_t q>
+inline void ExpandLanes(int64_t k, int64_t c, const float* __restrict x,
+                        const float* __restrict w, float* __restrict y) {
+  Lanes acc[q] = {};
+  for (int64_t i = 0; i < k; ++i) {
+    const Lanes wv = *reinterpret_cast<const Lanes*>(w + i * c);
+    for (int64_t p = 0; p < q; ++p) acc[p] += x[p * k + i] * wv;
+  }
+  for (int64_t p = 0; p < q; ++p) *reinterpret_cast<Lanes*>(y + p * c) = acc[p];
+}
+
+template <int64_t q>
+void ExpandPixels(int64_t k, int64_t c, const float* x, const float* w, float* y) {
+  int64_t c0 = 0;
+  for (; c0 + kLanes <= c; c0 += kLanes) ExpandLanes<q>(k, c, x, w + c0, y + c0);
+  for (; c0 + 8 <= c; c0 += 8) ExpandChunk<q, 8>(k, c, x, w + c0, y + c0);
+  for (; c0 < c; ++c0) ExpandChunk<q, 1>(k, c, x, w + c0, y + c0);
+}
+
+// y = x @ w over one image's pixels: x [pixels, k], w [k, c], y [pixels, c].
+void Expand(int64_t pixels, int64_t k, int64_t c, const float* x, const float* w, float* y) {
+  constexpr int64_t kPixels = 8;  // 8 independent sums in flight hide the FMA latency.
+  int64_t p = 0;
+  for (; p + kPixels <= pixels; p += kPixels) ExpandPixels<kPixels>(k, c, x + p * k, w, y + p * c);
+  for (; p < pixels; ++p) ExpandPixels<1>(k, c, x + p * k, w, y + p * c);
+}
+
+// Where an op's input (the norm's input) comes from, image by image: x [B, H, W, C]
+// itself, or x [B, H, W, K] @ w [K, C] (the block's expand conv), computed into a
+// per-thread scratch and never written out.
+struct Source {
+  const float* x;
+  const float* w = nullptr;  // No expand conv.
+  int64_t k = 0;             // x's channels when expanding.
+
+  const float* Image(const Geometry& g, int64_t b, std::vector<float>& scratch) const {
+    const int64_t pixels = g.h * g.w;
+    if (w == nullptr) return x + b * pixels * g.c;
+    float* y = Scratch(scratch, pixels * g.c);
+    Expand(pixels, k, g.c, x + b * pixels * k, w, y);
+    return y;
+  }
+};
+
+ffi::Error Forward(ffi::ThreadPool& pool, const Geometry& g, const Source& src,
+                   ffi::Buffer<ffi::F32>& mean, ffi::Buffer<ffi::F32>& inv,
+                   ffi::Buffer<ffi::F32>& scale, ffi::Buffer<ffi::F32>& bias,
+                   ffi::Buffer<ffi::F32>& kernel, ffi::ResultBuffer<ffi::F32>& y) {
   const std::vector<float> a = NormScale(inv.typed_data(), scale.typed_data(), g.c);
-  const float *xs = x.typed_data(), *ks = kernel.typed_data();
+  const float* ks = kernel.typed_data();
   const float *mu = mean.typed_data(), *beta = bias.typed_data();
   float* ys = y->typed_data();
   ParallelFor(pool, g.b, [&](int64_t b) {
-    thread_local std::vector<float> buffer;
+    thread_local std::vector<float> buffer, input;
     const int64_t c = g.c, row = g.pad_w * c;
+    const float* xb = src.Image(g, b, input);
     float* s = Scratch(buffer, g.pad_h * row);
-    Activation(g, xs + b * g.h * g.w * c, mu, a.data(), beta, s);
+    Activation(g, xb, mu, a.data(), beta, s);
     for (int64_t oh = 0; oh < g.out_h; ++oh) {
       for (int64_t ow = 0; ow < g.out_w; ++ow) {
         ConvPixel(g, s + (oh * g.stride * g.pad_w + ow * g.stride) * c, ks,
@@ -260,14 +332,12 @@ ffi::Error Forward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ff
 // contiguous parts of the batch (T = dkernel's first dimension; XLA sums the T parts: a
 // reduction over the batch in XLA ran at about 1 GB/s). Sums are taken over a row first,
 // then over rows, then over the part's images, so they do not depend on the threads.
-ffi::Error Backward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> mean,
-                    ffi::Buffer<ffi::F32> inv, ffi::Buffer<ffi::F32> scale,
-                    ffi::Buffer<ffi::F32> bias, ffi::Buffer<ffi::F32> kernel,
-                    ffi::Buffer<ffi::F32> grad, ffi::ResultBuffer<ffi::F32> dz,
-                    ffi::ResultBuffer<ffi::F32> dkernel, ffi::ResultBuffer<ffi::F32> sums,
-                    int64_t stride) {
-  Geometry g;
-  if (auto e = MakeGeometry(x, kernel, stride, &g); e.failure()) return e;
+ffi::Error Backward(ffi::ThreadPool& pool, const Geometry& g, const Source& src,
+                    ffi::Buffer<ffi::F32>& mean, ffi::Buffer<ffi::F32>& inv,
+                    ffi::Buffer<ffi::F32>& scale, ffi::Buffer<ffi::F32>& bias,
+                    ffi::Buffer<ffi::F32>& kernel, ffi::Buffer<ffi::F32>& grad,
+                    ffi::ResultBuffer<ffi::F32>& dz, ffi::ResultBuffer<ffi::F32>& dkernel,
+                    ffi::ResultBuffer<ffi::F32>& sums) {
   auto gd = grad.dimensions();
   if (gd.size() != 4 || gd[0] != g.b || gd[1] != g.out_h || gd[2] != g.out_w || gd[3] != g.c) {
     return ffi::Error::InvalidArgument("norm_act_depthwise: grad is not [B, H', W', C]");
@@ -277,12 +347,12 @@ ffi::Error Backward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<f
     return ffi::Error::InvalidArgument("norm_act_depthwise: want 1 <= T <= B parts");
   }
   const std::vector<float> a = NormScale(inv.typed_data(), scale.typed_data(), g.c);
-  const float *xs = x.typed_data(), *ks = kernel.typed_data(), *gs = grad.typed_data();
+  const float *ks = kernel.typed_data(), *gs = grad.typed_data();
   const float *mu = mean.typed_data(), *in = inv.typed_data(), *beta = bias.typed_data();
   float *dzs = dz->typed_data(), *dks = dkernel->typed_data(), *ss = sums->typed_data();
   const float* as = a.data();
   ParallelFor(pool, parts, [&](int64_t part) {
-    thread_local std::vector<float> buffer;
+    thread_local std::vector<float> buffer, input;
     const int64_t c = g.c, row = g.pad_w * c, taps = g.k * g.k * c;
     float* s = Scratch(buffer, 2 * g.pad_h * row + 2 * c);
     float* ds = s + g.pad_h * row;  // dL/ds over the padded grid.
@@ -292,7 +362,7 @@ ffi::Error Backward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<f
     std::fill(dk, dk + taps, 0.0f);
     std::fill(sum_dz, sum_dz + 2 * c, 0.0f);
     for (int64_t b = part * g.b / parts; b < (part + 1) * g.b / parts; ++b) {
-      const float* xb = xs + b * g.h * g.w * c;
+      const float* xb = src.Image(g, b, input);
       Activation(g, xb, mu, as, beta, s);
       std::fill(ds, ds + g.pad_h * row, 0.0f);
       for (int64_t oh = 0; oh < g.out_h; ++oh) {
@@ -310,6 +380,67 @@ ffi::Error Backward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<f
     }
   });
   return ffi::Error::Success();
+}
+
+ffi::Error NormActDepthwiseForward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
+                                   ffi::Buffer<ffi::F32> mean, ffi::Buffer<ffi::F32> inv,
+                                   ffi::Buffer<ffi::F32> scale, ffi::Buffer<ffi::F32> bias,
+                                   ffi::Buffer<ffi::F32> kernel, ffi::ResultBuffer<ffi::F32> y,
+                                   int64_t stride) {
+  Geometry g;
+  if (auto e = MakeGeometry(x, kernel, stride, &g); e.failure()) return e;
+  return Forward(pool, g, Source{x.typed_data()}, mean, inv, scale, bias, kernel, y);
+}
+
+ffi::Error NormActDepthwiseBackward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
+                                    ffi::Buffer<ffi::F32> mean, ffi::Buffer<ffi::F32> inv,
+                                    ffi::Buffer<ffi::F32> scale, ffi::Buffer<ffi::F32> bias,
+                                    ffi::Buffer<ffi::F32> kernel, ffi::Buffer<ffi::F32> grad,
+                                    ffi::ResultBuffer<ffi::F32> dz,
+                                    ffi::ResultBuffer<ffi::F32> dkernel,
+                                    ffi::ResultBuffer<ffi::F32> sums, int64_t stride) {
+  Geometry g;
+  if (auto e = MakeGeometry(x, kernel, stride, &g); e.failure()) return e;
+  return Backward(pool, g, Source{x.typed_data()}, mean, inv, scale, bias, kernel, grad, dz,
+                  dkernel, sums);
+}
+
+// The expanded forms: x [B, H, W, K] and the expand conv's w [K, C] in place of x @ w.
+ffi::Error ExpandGeometry(ffi::Buffer<ffi::F32>& x, ffi::Buffer<ffi::F32>& w,
+                          ffi::Buffer<ffi::F32>& kernel, int64_t stride, Geometry* g,
+                          Source* src) {
+  auto xd = x.dimensions();
+  auto wd = w.dimensions();
+  if (xd.size() != 4 || wd.size() != 2 || wd[0] != xd[3]) {
+    return ffi::Error::InvalidArgument(
+        "expand_norm_act_depthwise: want x [B, H, W, K], w [K, C]");
+  }
+  *src = Source{x.typed_data(), w.typed_data(), xd[3]};
+  return MakeGeometry(xd[0], xd[1], xd[2], wd[1], kernel, stride, g);
+}
+
+ffi::Error ExpandNormActDepthwiseForward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
+                                         ffi::Buffer<ffi::F32> w, ffi::Buffer<ffi::F32> mean,
+                                         ffi::Buffer<ffi::F32> inv, ffi::Buffer<ffi::F32> scale,
+                                         ffi::Buffer<ffi::F32> bias,
+                                         ffi::Buffer<ffi::F32> kernel,
+                                         ffi::ResultBuffer<ffi::F32> y, int64_t stride) {
+  Geometry g;
+  Source src{nullptr};
+  if (auto e = ExpandGeometry(x, w, kernel, stride, &g, &src); e.failure()) return e;
+  return Forward(pool, g, src, mean, inv, scale, bias, kernel, y);
+}
+
+ffi::Error ExpandNormActDepthwiseBackward(
+    ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w,
+    ffi::Buffer<ffi::F32> mean, ffi::Buffer<ffi::F32> inv, ffi::Buffer<ffi::F32> scale,
+    ffi::Buffer<ffi::F32> bias, ffi::Buffer<ffi::F32> kernel, ffi::Buffer<ffi::F32> grad,
+    ffi::ResultBuffer<ffi::F32> dz, ffi::ResultBuffer<ffi::F32> dkernel,
+    ffi::ResultBuffer<ffi::F32> sums, int64_t stride) {
+  Geometry g;
+  Source src{nullptr};
+  if (auto e = ExpandGeometry(x, w, kernel, stride, &g, &src); e.failure()) return e;
+  return Backward(pool, g, src, mean, inv, scale, bias, kernel, grad, dz, dkernel, sums);
 }
 
 // The arguments every op here takes first: the thread pool, the norm's input (x or y)
@@ -518,15 +649,41 @@ ffi::Error ExciteInputGrad(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> y,
   return ffi::Error::Success();
 }
 
+// x [B, H, W, K], w [K, C], then the norm's vectors and the kernel.
+auto ExpandNormActDepthwiseArgs() {
+  return ffi::Ffi::Bind()
+      .Ctx<ffi::ThreadPool>()
+      .Arg<ffi::Buffer<ffi::F32>>()   // x
+      .Arg<ffi::Buffer<ffi::F32>>()   // w
+      .Arg<ffi::Buffer<ffi::F32>>()   // mean
+      .Arg<ffi::Buffer<ffi::F32>>()   // inv
+      .Arg<ffi::Buffer<ffi::F32>>()   // scale
+      .Arg<ffi::Buffer<ffi::F32>>()   // bias
+      .Arg<ffi::Buffer<ffi::F32>>();  // kernel
+}
+
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MuralNormActDepthwiseForward, Forward,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MuralNormActDepthwiseForward, NormActDepthwiseForward,
                               NormActDepthwiseArgs()
                                   .Ret<ffi::Buffer<ffi::F32>>()  // y
                                   .Attr<int64_t>("stride"));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MuralNormActDepthwiseBackward, Backward,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MuralNormActDepthwiseBackward, NormActDepthwiseBackward,
                               NormActDepthwiseArgs()
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // grad
+                                  .Ret<ffi::Buffer<ffi::F32>>()  // dz
+                                  .Ret<ffi::Buffer<ffi::F32>>()  // kernel grads [T, K*K, C]
+                                  .Ret<ffi::Buffer<ffi::F32>>()  // sums [T, 2, C]
+                                  .Attr<int64_t>("stride"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MuralExpandNormActDepthwiseForward, ExpandNormActDepthwiseForward,
+                              ExpandNormActDepthwiseArgs()
+                                  .Ret<ffi::Buffer<ffi::F32>>()  // y
+                                  .Attr<int64_t>("stride"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MuralExpandNormActDepthwiseBackward, ExpandNormActDepthwiseBackward,
+                              ExpandNormActDepthwiseArgs()
                                   .Arg<ffi::Buffer<ffi::F32>>()  // grad
                                   .Ret<ffi::Buffer<ffi::F32>>()  // dz
                                   .Ret<ffi::Buffer<ffi::F32>>()  // kernel grads [T, K*K, C]

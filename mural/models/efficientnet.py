@@ -429,36 +429,61 @@ def pointwise_batch_stats(x, w):
   return mean, var, col_sum, gram
 
 
+# The widest expand-conv input the C++ op expands itself (the expanded activation
+# computed image by image and never written out). Below it the expanded activation's
+# bytes bound XLA's matmul; above it the matmul is bound by its FLOPs and XLA's runs
+# faster than the op's loops (forward + backward, B0 at batch 128 and 128 px: K = 16
+# 265 -> 212 ms, K = 112 70 -> 67, K = 192 32 -> 38; benchmarks/README.md).
+KERNEL_EXPAND_MAX_CHANNELS = 128
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
 def native_expand_norm_act_depthwise(x, w, scale, bias, kernel, epsilon: float, stride: int):
   """native_norm_act_depthwise_conv(pointwise_conv(x, w), ...): a block's expand conv,
   norm, swish and depthwise conv, with the norm's statistics from x's Gram matrix
   (pointwise_batch_stats) instead of two passes over the expanded activation.
 
-  The backward never writes the norm's input gradient dy out: dy is dz * A + y * B + C
-  per channel (A, B, C from the norm's two sums), so the expand conv's gradients are
+  With at most KERNEL_EXPAND_MAX_CHANNELS input channels, the C++ op computes x @ w
+  itself, image by image, forward and again backward: the expanded activation (6x the
+  input's channels) is never written out nor kept for the backward. The backward
+  never writes the norm's input gradient dy out: dy is dz * A + y * B + C per channel
+  (A, B, C from the norm's two sums), so the expand conv's gradients are
   x' dz * A + (x'x) w * B + sum(x) C' for w and dz (w * A)' + x (w * B) w' + (w C)'
   for x, with the [K, K] Gram matrix in place of y. Forward + backward on B0's first
-  expanded block (16 -> 96 channels at 64 x 64, batch 128): 182-184 ms against 203-223
-  for the composition (benchmarks/README.md)."""
+  expanded block (16 -> 96 channels at 64 x 64, batch 128): 212 ms against 265 for
+  the expand conv in XLA and 203-223 (an earlier run) for the composition
+  (benchmarks/README.md)."""
   return _native_expand_fwd(x, w, scale, bias, kernel, epsilon, stride)[0]
 
 
+def _expanded_in_kernel(x) -> bool:
+  return x.shape[-1] <= KERNEL_EXPAND_MAX_CHANNELS
+
+
 def _native_expand_fwd(x, w, scale, bias, kernel, epsilon, stride):
-  y = pointwise_conv(x, w)
   mean, var, col_sum, gram = pointwise_batch_stats(x, w)
   inv = lax.rsqrt(var + epsilon)
-  out = kernels.norm_act_depthwise_forward(y, mean, inv, scale, bias, kernel[:, :, 0], stride)
+  if _expanded_in_kernel(x):
+    y = None  # The backward computes it again.
+    out = kernels.norm_act_depthwise_forward(x, mean, inv, scale, bias, kernel[:, :, 0], stride,
+                                             w=w.reshape(x.shape[-1], -1))
+  else:
+    y = pointwise_conv(x, w)
+    out = kernels.norm_act_depthwise_forward(y, mean, inv, scale, bias, kernel[:, :, 0], stride)
   return out, (x, w, y, scale, bias, mean, inv, kernel, col_sum, gram)
 
 
 def _native_expand_bwd(epsilon, stride, residuals, g):
   del epsilon
   x, w, y, scale, bias, mean, inv, kernel, col_sum, gram = residuals
-  dz, dk, d_bias, d_scale = kernels.norm_act_depthwise_backward(
-      y, mean, inv, scale, bias, kernel[:, :, 0], g, stride)
   x2 = x.reshape(-1, x.shape[-1])
   w2 = w.reshape(x2.shape[1], -1)
+  if y is None:
+    dz, dk, d_bias, d_scale = kernels.norm_act_depthwise_backward(
+        x, mean, inv, scale, bias, kernel[:, :, 0], g, stride, w=w2)
+  else:
+    dz, dk, d_bias, d_scale = kernels.norm_act_depthwise_backward(
+        y, mean, inv, scale, bias, kernel[:, :, 0], g, stride)
   n = x2.shape[0]
   dz = dz.reshape(n, -1)
   # _norm_input_grad: dy = a * (dz - d_bias / n - (y - mean) * inv * d_scale / n).
