@@ -145,30 +145,46 @@ def norm_act_depthwise_forward(x, mean, inv, scale, bias, kernel, stride: int, w
   return call(x, w, mean, inv, scale, bias, kernel, stride=stride)
 
 
-def norm_act_depthwise_backward(x, mean, inv, scale, bias, kernel, grad, stride: int, w=None):
+def norm_act_depthwise_backward(x, mean, inv, scale, bias, kernel, grad, stride: int):
   """The forward's backward up to the norm: (dz, dkernel, sum(dz), sum(dz * xhat)).
 
-  dz [B, H, W, C] is the gradient at z = (x - mean) * (inv * scale) + bias (x @ w with
-  w), the norm's output before swish; xhat = (x - mean) * inv. The kernel returns the
-  kernel gradient and the sums of each of BATCH_PARTS parts of the batch (one task
-  each), and they are summed over the parts here.
+  dz [B, H, W, C] is the gradient at z = (x - mean) * (inv * scale) + bias, the
+  norm's output before swish; xhat = (x - mean) * inv. The kernel returns the kernel
+  gradient and the sums of each of BATCH_PARTS parts of the batch (one task each), and
+  they are summed over the parts here.
   """
   _check()
-  b, h, width = x.shape[:3]
-  k, c = kernel.shape[0], kernel.shape[-1]
+  b, _, _, c = x.shape
+  k = kernel.shape[0]
   parts = min(b, BATCH_PARTS)
-  shapes = (jax.ShapeDtypeStruct((b, h, width, c), jnp.float32),
+  shapes = (jax.ShapeDtypeStruct(x.shape, jnp.float32),
             jax.ShapeDtypeStruct((parts, k * k, c), jnp.float32),
             jax.ShapeDtypeStruct((parts, 2, c), jnp.float32))
-  if w is None:
-    call = jax.ffi.ffi_call("mural_norm_act_depthwise_bwd", shapes, vmap_method="sequential")
-    dz, dkernel, sums = call(x, mean, inv, scale, bias, kernel, grad, stride=stride)
-  else:
-    call = jax.ffi.ffi_call("mural_expand_norm_act_depthwise_bwd", shapes,
-                            vmap_method="sequential")
-    dz, dkernel, sums = call(x, w, mean, inv, scale, bias, kernel, grad, stride=stride)
+  call = jax.ffi.ffi_call("mural_norm_act_depthwise_bwd", shapes, vmap_method="sequential")
+  dz, dkernel, sums = call(x, mean, inv, scale, bias, kernel, grad, stride=stride)
   sums = jnp.sum(sums, axis=0)
   return dz, jnp.sum(dkernel, axis=0).reshape(kernel.shape), sums[0], sums[1]
+
+
+def expand_norm_act_depthwise_backward(x, w, mean, inv, scale, bias, kernel, grad, stride: int):
+  """norm_act_depthwise_backward with the norm's input x @ w (x [B, H, W, K], w [K, C]),
+  and dz taken on into the expand conv's gradients inside the kernel, never written out:
+  (dz @ (w * a)' [B, H, W, K], x' dz [K, C], dkernel, sum(dz), sum(dz * xhat)), with
+  a = inv * scale. The rest of the expand conv's gradients needs the two sums over the
+  whole batch, so the caller adds it."""
+  _check()
+  b, h, width, k_in = x.shape
+  k, c = kernel.shape[0], kernel.shape[-1]
+  parts = min(b, BATCH_PARTS)
+  shapes = (jax.ShapeDtypeStruct(x.shape, jnp.float32),
+            jax.ShapeDtypeStruct((parts, k_in, c), jnp.float32),
+            jax.ShapeDtypeStruct((parts, k * k, c), jnp.float32),
+            jax.ShapeDtypeStruct((parts, 2, c), jnp.float32))
+  call = jax.ffi.ffi_call("mural_expand_norm_act_depthwise_bwd", shapes, vmap_method="sequential")
+  dx_a, xdz, dkernel, sums = call(x, w, mean, inv, scale, bias, kernel, grad, stride=stride)
+  sums = jnp.sum(sums, axis=0)
+  return (dx_a, jnp.sum(xdz, axis=0), jnp.sum(dkernel, axis=0).reshape(kernel.shape), sums[0],
+          sums[1])
 
 
 def _call(target, shape, *args):

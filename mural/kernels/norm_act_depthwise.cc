@@ -253,27 +253,34 @@ inline void ExpandChunk(int64_t k, int64_t c, const float* __restrict x,
   }
 }
 
-// One AVX-512 register of float32 (GCC's vector extension; loads need not be aligned).
-typedef float Lanes __attribute__((vector_size(kLanes * sizeof(float)), aligned(sizeof(float))));
+// Registers of float32 lanes (GCC's vector extension; loads need not be aligned): one
+// AVX-512 register, and half of one for a channel count's remainder.
+// (GCC ignores the attribute on an alias template, hence the two typedefs.)
+typedef float Vec16 __attribute__((vector_size(16 * sizeof(float)), aligned(sizeof(float))));
+typedef float Vec8 __attribute__((vector_size(8 * sizeof(float)), aligned(sizeof(float))));
+template <int64_t n> struct VecOf;
+template <> struct VecOf<16> { using type = Vec16; };
+template <> struct VecOf<8> { using type = Vec8; };
+template <int64_t n> using Vec = typename VecOf<n>::type;
 
-// ExpandChunk<q, kLanes> written with Lanes: GCC did not keep the plain loops' sums in
+// ExpandChunk<q, n> written with Vec<n>: GCC did not keep the plain loops' sums in
 // registers (the expand conv ran at about 20 GFLOP/s).
-template <int64_t q>
+template <int64_t q, int64_t n>
 inline void ExpandLanes(int64_t k, int64_t c, const float* __restrict x,
                         const float* __restrict w, float* __restrict y) {
-  Lanes acc[q] = {};
+  Vec<n> acc[q] = {};
   for (int64_t i = 0; i < k; ++i) {
-    const Lanes wv = *reinterpret_cast<const Lanes*>(w + i * c);
+    const Vec<n> wv = *reinterpret_cast<const Vec<n>*>(w + i * c);
     for (int64_t p = 0; p < q; ++p) acc[p] += x[p * k + i] * wv;
   }
-  for (int64_t p = 0; p < q; ++p) *reinterpret_cast<Lanes*>(y + p * c) = acc[p];
+  for (int64_t p = 0; p < q; ++p) *reinterpret_cast<Vec<n>*>(y + p * c) = acc[p];
 }
 
 template <int64_t q>
 void ExpandPixels(int64_t k, int64_t c, const float* x, const float* w, float* y) {
   int64_t c0 = 0;
-  for (; c0 + kLanes <= c; c0 += kLanes) ExpandLanes<q>(k, c, x, w + c0, y + c0);
-  for (; c0 + 8 <= c; c0 += 8) ExpandChunk<q, 8>(k, c, x, w + c0, y + c0);
+  for (; c0 + kLanes <= c; c0 += kLanes) ExpandLanes<q, kLanes>(k, c, x, w + c0, y + c0);
+  for (; c0 + 8 <= c; c0 += 8) ExpandLanes<q, 8>(k, c, x, w + c0, y + c0);
   for (; c0 < c; ++c0) ExpandChunk<q, 1>(k, c, x, w + c0, y + c0);
 }
 
@@ -283,6 +290,55 @@ void Expand(int64_t pixels, int64_t k, int64_t c, const float* x, const float* w
   int64_t p = 0;
   for (; p + kPixels <= pixels; p += kPixels) ExpandPixels<kPixels>(k, c, x + p * k, w, y + p * c);
   for (; p < pixels; ++p) ExpandPixels<1>(k, c, x + p * k, w, y + p * c);
+}
+
+// out[i, l] += sum_p a[p, i] * b[p, l] for rows i < t of out and n channels: a [pixels,
+// k], b and out rows of c. The t * n sums stay in registers over the pixels.
+template <int64_t t, int64_t n>
+inline void OuterChunk(int64_t pixels, int64_t k, int64_t c, const float* __restrict a,
+                       const float* __restrict b, float* __restrict out) {
+  float acc[t][n];
+  for (int64_t r = 0; r < t; ++r) {
+    for (int64_t l = 0; l < n; ++l) acc[r][l] = out[r * c + l];
+  }
+  for (int64_t p = 0; p < pixels; ++p) {
+    for (int64_t r = 0; r < t; ++r) {
+      const float av = a[p * k + r];
+      for (int64_t l = 0; l < n; ++l) acc[r][l] += av * b[p * c + l];
+    }
+  }
+  for (int64_t r = 0; r < t; ++r) {
+    for (int64_t l = 0; l < n; ++l) out[r * c + l] = acc[r][l];
+  }
+}
+
+template <int64_t t, int64_t n>
+inline void OuterLanes(int64_t pixels, int64_t k, int64_t c, const float* __restrict a,
+                       const float* __restrict b, float* __restrict out) {
+  Vec<n> acc[t];
+  for (int64_t r = 0; r < t; ++r) acc[r] = *reinterpret_cast<const Vec<n>*>(out + r * c);
+  for (int64_t p = 0; p < pixels; ++p) {
+    const Vec<n> bv = *reinterpret_cast<const Vec<n>*>(b + p * c);
+    for (int64_t r = 0; r < t; ++r) acc[r] += a[p * k + r] * bv;
+  }
+  for (int64_t r = 0; r < t; ++r) *reinterpret_cast<Vec<n>*>(out + r * c) = acc[r];
+}
+
+template <int64_t t>
+void OuterRows(int64_t pixels, int64_t k, int64_t c, const float* a, const float* b, float* out) {
+  int64_t c0 = 0;
+  for (; c0 + kLanes <= c; c0 += kLanes) OuterLanes<t, kLanes>(pixels, k, c, a, b + c0, out + c0);
+  for (; c0 + 8 <= c; c0 += 8) OuterLanes<t, 8>(pixels, k, c, a, b + c0, out + c0);
+  for (; c0 < c; ++c0) OuterChunk<t, 1>(pixels, k, c, a, b + c0, out + c0);
+}
+
+// out += a' b over pixels: a [pixels, k], b [pixels, c], out [k, c].
+void AccumulateOuter(int64_t pixels, int64_t k, int64_t c, const float* a, const float* b,
+                     float* out) {
+  constexpr int64_t kRows = 8;
+  int64_t i = 0;
+  for (; i + kRows <= k; i += kRows) OuterRows<kRows>(pixels, k, c, a + i, b, out + i * c);
+  for (; i < k; ++i) OuterRows<1>(pixels, k, c, a + i, b, out + i * c);
 }
 
 // Where an op's input (the norm's input) comes from, image by image: x [B, H, W, C]
@@ -332,12 +388,17 @@ ffi::Error Forward(ffi::ThreadPool& pool, const Geometry& g, const Source& src,
 // contiguous parts of the batch (T = dkernel's first dimension; XLA sums the T parts: a
 // reduction over the batch in XLA ran at about 1 GB/s). Sums are taken over a row first,
 // then over rows, then over the part's images, so they do not depend on the threads.
+//
+// With the expand conv (src.w), dz itself is not written out: each row of it goes into
+// the expand conv's gradients at once, dx_a = dz @ (w * a)' [B, H, W, K] (out, in dz's
+// place) and the per-part sums of x' dz [T, K, C] (xdz); the terms of those gradients
+// that need the norm's sums over the whole batch are left to XLA.
 ffi::Error Backward(ffi::ThreadPool& pool, const Geometry& g, const Source& src,
                     ffi::Buffer<ffi::F32>& mean, ffi::Buffer<ffi::F32>& inv,
                     ffi::Buffer<ffi::F32>& scale, ffi::Buffer<ffi::F32>& bias,
                     ffi::Buffer<ffi::F32>& kernel, ffi::Buffer<ffi::F32>& grad,
-                    ffi::ResultBuffer<ffi::F32>& dz, ffi::ResultBuffer<ffi::F32>& dkernel,
-                    ffi::ResultBuffer<ffi::F32>& sums) {
+                    ffi::ResultBuffer<ffi::F32>& out, ffi::ResultBuffer<ffi::F32>& dkernel,
+                    ffi::ResultBuffer<ffi::F32>& sums, float* xdz = nullptr) {
   auto gd = grad.dimensions();
   if (gd.size() != 4 || gd[0] != g.b || gd[1] != g.out_h || gd[2] != g.out_w || gd[3] != g.c) {
     return ffi::Error::InvalidArgument("norm_act_depthwise: grad is not [B, H', W', C]");
@@ -349,18 +410,28 @@ ffi::Error Backward(ffi::ThreadPool& pool, const Geometry& g, const Source& src,
   const std::vector<float> a = NormScale(inv.typed_data(), scale.typed_data(), g.c);
   const float *ks = kernel.typed_data(), *gs = grad.typed_data();
   const float *mu = mean.typed_data(), *in = inv.typed_data(), *beta = bias.typed_data();
-  float *dzs = dz->typed_data(), *dks = dkernel->typed_data(), *ss = sums->typed_data();
+  float *outs = out->typed_data(), *dks = dkernel->typed_data(), *ss = sums->typed_data();
   const float* as = a.data();
+  std::vector<float> wa_t;  // (w * a)' [C, K].
+  if (src.w != nullptr) {
+    wa_t.resize(g.c * src.k);
+    for (int64_t i = 0; i < src.k; ++i) {
+      for (int64_t ch = 0; ch < g.c; ++ch) wa_t[ch * src.k + i] = src.w[i * g.c + ch] * as[ch];
+    }
+  }
   ParallelFor(pool, parts, [&](int64_t part) {
     thread_local std::vector<float> buffer, input;
     const int64_t c = g.c, row = g.pad_w * c, taps = g.k * g.k * c;
-    float* s = Scratch(buffer, 2 * g.pad_h * row + 2 * c);
+    float* s = Scratch(buffer, 2 * g.pad_h * row + 2 * c + g.w * c);
     float* ds = s + g.pad_h * row;  // dL/ds over the padded grid.
     float* row_sums = ds + g.pad_h * row;
+    float* dz_row = row_sums + 2 * c;  // With the expand conv: one row of dz.
     float* dk = dks + part * taps;
     float* sum_dz = ss + part * 2 * c;  // Then sum(dz * xhat).
+    float* xdz_part = xdz == nullptr ? nullptr : xdz + part * src.k * c;
     std::fill(dk, dk + taps, 0.0f);
     std::fill(sum_dz, sum_dz + 2 * c, 0.0f);
+    if (xdz_part != nullptr) std::fill(xdz_part, xdz_part + src.k * c, 0.0f);
     for (int64_t b = part * g.b / parts; b < (part + 1) * g.b / parts; ++b) {
       const float* xb = src.Image(g, b, input);
       Activation(g, xb, mu, as, beta, s);
@@ -370,9 +441,15 @@ ffi::Error Backward(ffi::ThreadPool& pool, const Geometry& g, const Source& src,
       }
       for (int64_t u = 0; u < g.h; ++u) {
         std::fill(row_sums, row_sums + 2 * c, 0.0f);
+        const int64_t first = (b * g.h + u) * g.w;  // The row's first pixel in the batch.
+        float* dz = xdz_part == nullptr ? outs + first * c : dz_row;
         for (int64_t v = 0; v < g.w; ++v) {
           DzPixel(c, xb + (u * g.w + v) * c, ds + ((g.top + u) * g.pad_w + g.left + v) * c, mu,
-                  in, as, beta, dzs + ((b * g.h + u) * g.w + v) * c, row_sums);
+                  in, as, beta, dz + v * c, row_sums);
+        }
+        if (xdz_part != nullptr) {
+          Expand(g.w, c, src.k, dz_row, wa_t.data(), outs + first * src.k);
+          AccumulateOuter(g.w, src.k, c, src.x + first * src.k, dz_row, xdz_part);
         }
 #pragma GCC ivdep
         for (int64_t ch = 0; ch < 2 * c; ++ch) sum_dz[ch] += row_sums[ch];
@@ -435,12 +512,17 @@ ffi::Error ExpandNormActDepthwiseBackward(
     ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w,
     ffi::Buffer<ffi::F32> mean, ffi::Buffer<ffi::F32> inv, ffi::Buffer<ffi::F32> scale,
     ffi::Buffer<ffi::F32> bias, ffi::Buffer<ffi::F32> kernel, ffi::Buffer<ffi::F32> grad,
-    ffi::ResultBuffer<ffi::F32> dz, ffi::ResultBuffer<ffi::F32> dkernel,
-    ffi::ResultBuffer<ffi::F32> sums, int64_t stride) {
+    ffi::ResultBuffer<ffi::F32> dx_a, ffi::ResultBuffer<ffi::F32> xdz,
+    ffi::ResultBuffer<ffi::F32> dkernel, ffi::ResultBuffer<ffi::F32> sums, int64_t stride) {
   Geometry g;
   Source src{nullptr};
   if (auto e = ExpandGeometry(x, w, kernel, stride, &g, &src); e.failure()) return e;
-  return Backward(pool, g, src, mean, inv, scale, bias, kernel, grad, dz, dkernel, sums);
+  auto xd = xdz->dimensions();
+  if (xd.size() != 3 || xd[0] != dkernel->dimensions()[0] || xd[1] != src.k || xd[2] != g.c) {
+    return ffi::Error::InvalidArgument("expand_norm_act_depthwise: xdz is not [T, K, C]");
+  }
+  return Backward(pool, g, src, mean, inv, scale, bias, kernel, grad, dx_a, dkernel, sums,
+                  xdz->typed_data());
 }
 
 // The arguments every op here takes first: the thread pool, the norm's input (x or y)
@@ -685,7 +767,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MuralExpandNormActDepthwiseForward, ExpandNormActD
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MuralExpandNormActDepthwiseBackward, ExpandNormActDepthwiseBackward,
                               ExpandNormActDepthwiseArgs()
                                   .Arg<ffi::Buffer<ffi::F32>>()  // grad
-                                  .Ret<ffi::Buffer<ffi::F32>>()  // dz
+                                  .Ret<ffi::Buffer<ffi::F32>>()  // dz @ (w * a)' [B, H, W, K]
+                                  .Ret<ffi::Buffer<ffi::F32>>()  // x' dz [T, K, C]
                                   .Ret<ffi::Buffer<ffi::F32>>()  // kernel grads [T, K*K, C]
                                   .Ret<ffi::Buffer<ffi::F32>>()  // sums [T, 2, C]
                                   .Attr<int64_t>("stride"));

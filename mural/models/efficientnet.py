@@ -434,7 +434,7 @@ def pointwise_batch_stats(x, w):
 # bytes bound XLA's matmul; above it the matmul is bound by its FLOPs and XLA's runs
 # faster than the op's loops (forward + backward, B0 at batch 128 and 128 px: K = 16
 # 265 -> 212 ms, K = 112 70 -> 67, K = 192 32 -> 38; benchmarks/README.md).
-KERNEL_EXPAND_MAX_CHANNELS = 128
+KERNEL_EXPAND_MAX_CHANNELS = 80
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
@@ -478,20 +478,22 @@ def _native_expand_bwd(epsilon, stride, residuals, g):
   x, w, y, scale, bias, mean, inv, kernel, col_sum, gram = residuals
   x2 = x.reshape(-1, x.shape[-1])
   w2 = w.reshape(x2.shape[1], -1)
-  if y is None:
-    dz, dk, d_bias, d_scale = kernels.norm_act_depthwise_backward(
-        x, mean, inv, scale, bias, kernel[:, :, 0], g, stride, w=w2)
+  n = x2.shape[0]
+  # _norm_input_grad: dy = a * (dz - d_bias / n - (y - mean) * inv * d_scale / n).
+  a = scale * inv
+  if y is None:  # dz @ (w * a)' and x' dz from the kernel, which never writes dz out.
+    dx_a, xdz, dk, d_bias, d_scale = kernels.expand_norm_act_depthwise_backward(
+        x, w2, mean, inv, scale, bias, kernel[:, :, 0], g, stride)
+    dx_a, xdz_a = dx_a.reshape(x2.shape), xdz * a
   else:
     dz, dk, d_bias, d_scale = kernels.norm_act_depthwise_backward(
         y, mean, inv, scale, bias, kernel[:, :, 0], g, stride)
-  n = x2.shape[0]
-  dz = dz.reshape(n, -1)
-  # _norm_input_grad: dy = a * (dz - d_bias / n - (y - mean) * inv * d_scale / n).
-  a = scale * inv
+    dz = dz.reshape(n, -1)
+    dx_a, xdz_a = dz @ (w2 * a).T, (x2.T @ dz) * a
   b = -a * inv * d_scale / n
   c = -a * d_bias / n - b * mean
-  dw = (x2.T @ dz) * a + (gram @ w2) * b + jnp.outer(col_sum, c)
-  dx = dz @ (w2 * a).T + x2 @ ((w2 * b) @ w2.T) + w2 @ c
+  dw = xdz_a + (gram @ w2) * b + jnp.outer(col_sum, c)
+  dx = dx_a + x2 @ ((w2 * b) @ w2.T) + w2 @ c
   return dx.reshape(x.shape), dw.reshape(w.shape), d_scale, d_bias, dk.reshape(kernel.shape)
 
 
