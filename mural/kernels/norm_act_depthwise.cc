@@ -1,7 +1,9 @@
 // Training batch norm + swish + depthwise SAME conv as one pass over memory, forward
 // and backward, for XLA's CPU runtime (built and registered by mural/kernels/__init__.py;
-// the maths is mural/models/efficientnet.py's norm_act_depthwise_conv). At the end, the
-// passes of the norm + swish + squeeze-excite after it (native_norm_act_squeeze_excite).
+// the maths is mural/models/efficientnet.py's norm_act_depthwise_conv), also with the
+// block's expand conv before it (native_expand_norm_act_depthwise: x @ w computed image
+// by image, and its gradients taken from dz band by band). At the end, the passes of
+// the norm + swish + squeeze-excite after it (native_norm_act_squeeze_excite).
 //
 // Why: XLA runs this op as many elementwise and reduction passes, each writing an
 // activation of the block's widest shape out to memory; here an image's activation and
@@ -422,10 +424,13 @@ ffi::Error Backward(ffi::ThreadPool& pool, const Geometry& g, const Source& src,
   ParallelFor(pool, parts, [&](int64_t part) {
     thread_local std::vector<float> buffer, input;
     const int64_t c = g.c, row = g.pad_w * c, taps = g.k * g.k * c;
-    float* s = Scratch(buffer, 2 * g.pad_h * row + 2 * c + g.w * c);
+    // With the expand conv, dz goes on into its gradients a band of rows at a time, at
+    // least 64 pixels: those small matmuls keep their sums in registers over the band.
+    const int64_t band = std::min(g.h, (64 + g.w - 1) / g.w);
+    float* s = Scratch(buffer, 2 * g.pad_h * row + 2 * c + band * g.w * c);
     float* ds = s + g.pad_h * row;  // dL/ds over the padded grid.
     float* row_sums = ds + g.pad_h * row;
-    float* dz_row = row_sums + 2 * c;  // With the expand conv: one row of dz.
+    float* dz_band = row_sums + 2 * c;  // With the expand conv: a band of dz's rows.
     float* dk = dks + part * taps;
     float* sum_dz = ss + part * 2 * c;  // Then sum(dz * xhat).
     float* xdz_part = xdz == nullptr ? nullptr : xdz + part * src.k * c;
@@ -439,20 +444,24 @@ ffi::Error Backward(ffi::ThreadPool& pool, const Geometry& g, const Source& src,
       for (int64_t oh = 0; oh < g.out_h; ++oh) {
         ScatterRow(g, oh, s, ds, gs + (b * g.out_h + oh) * g.out_w * c, ks, dk);
       }
-      for (int64_t u = 0; u < g.h; ++u) {
-        std::fill(row_sums, row_sums + 2 * c, 0.0f);
-        const int64_t first = (b * g.h + u) * g.w;  // The row's first pixel in the batch.
-        float* dz = xdz_part == nullptr ? outs + first * c : dz_row;
-        for (int64_t v = 0; v < g.w; ++v) {
-          DzPixel(c, xb + (u * g.w + v) * c, ds + ((g.top + u) * g.pad_w + g.left + v) * c, mu,
-                  in, as, beta, dz + v * c, row_sums);
+      for (int64_t u0 = 0; u0 < g.h; u0 += band) {
+        const int64_t u1 = std::min(g.h, u0 + band);
+        const int64_t first = (b * g.h + u0) * g.w;  // The band's first pixel in the batch.
+        float* dz = xdz_part == nullptr ? outs + first * c : dz_band;
+        for (int64_t u = u0; u < u1; ++u) {
+          std::fill(row_sums, row_sums + 2 * c, 0.0f);
+          for (int64_t v = 0; v < g.w; ++v) {
+            DzPixel(c, xb + (u * g.w + v) * c, ds + ((g.top + u) * g.pad_w + g.left + v) * c,
+                    mu, in, as, beta, dz + ((u - u0) * g.w + v) * c, row_sums);
+          }
+#pragma GCC ivdep
+          for (int64_t ch = 0; ch < 2 * c; ++ch) sum_dz[ch] += row_sums[ch];
         }
         if (xdz_part != nullptr) {
-          Expand(g.w, c, src.k, dz_row, wa_t.data(), outs + first * src.k);
-          AccumulateOuter(g.w, src.k, c, src.x + first * src.k, dz_row, xdz_part);
+          const int64_t pixels = (u1 - u0) * g.w;
+          Expand(pixels, c, src.k, dz_band, wa_t.data(), outs + first * src.k);
+          AccumulateOuter(pixels, src.k, c, src.x + first * src.k, dz_band, xdz_part);
         }
-#pragma GCC ivdep
-        for (int64_t ch = 0; ch < 2 * c; ++ch) sum_dz[ch] += row_sums[ch];
       }
     }
   });

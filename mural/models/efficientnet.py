@@ -429,12 +429,13 @@ def pointwise_batch_stats(x, w):
   return mean, var, col_sum, gram
 
 
-# The widest expand-conv input the C++ op expands itself (the expanded activation
-# computed image by image and never written out). Below it the expanded activation's
-# bytes bound XLA's matmul; above it the matmul is bound by its FLOPs and XLA's runs
-# faster than the op's loops (forward + backward, B0 at batch 128 and 128 px: K = 16
-# 265 -> 212 ms, K = 112 70 -> 67, K = 192 32 -> 38; benchmarks/README.md).
-KERNEL_EXPAND_MAX_CHANNELS = 80
+# The widest expand-conv input that the C++ op expands itself, forward and backward
+# (see native_expand_norm_act_depthwise). With few input channels the expanded
+# activation's bytes bound XLA's matmuls; with more, their FLOPs do, and XLA's run
+# faster than the op's loops. In B0's train step (batch 128, 128 px; each op's least
+# time over 5 traced steps) the backward of K = 16 went 154 -> 119 ms, K = 24 101 ->
+# 99 and 56 -> 47, but K = 40 45 -> 74 and K = 80 20-32 -> 31-45 (benchmarks/README.md).
+KERNEL_EXPAND_MAX_CHANNELS = 32
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
@@ -443,16 +444,16 @@ def native_expand_norm_act_depthwise(x, w, scale, bias, kernel, epsilon: float, 
   norm, swish and depthwise conv, with the norm's statistics from x's Gram matrix
   (pointwise_batch_stats) instead of two passes over the expanded activation.
 
-  With at most KERNEL_EXPAND_MAX_CHANNELS input channels, the C++ op computes x @ w
-  itself, image by image, forward and again backward: the expanded activation (6x the
-  input's channels) is never written out nor kept for the backward. The backward
-  never writes the norm's input gradient dy out: dy is dz * A + y * B + C per channel
-  (A, B, C from the norm's two sums), so the expand conv's gradients are
+  The backward never writes the norm's input gradient dy out: dy is dz * A + y * B + C
+  per channel (A, B, C from the norm's two sums), so the expand conv's gradients are
   x' dz * A + (x'x) w * B + sum(x) C' for w and dz (w * A)' + x (w * B) w' + (w C)'
-  for x, with the [K, K] Gram matrix in place of y. Forward + backward on B0's first
-  expanded block (16 -> 96 channels at 64 x 64, batch 128): 212 ms against 265 for
-  the expand conv in XLA and 203-223 (an earlier run) for the composition
-  (benchmarks/README.md)."""
+  for x, with the [K, K] Gram matrix in place of y.
+
+  With at most KERNEL_EXPAND_MAX_CHANNELS input channels K, the C++ op also computes
+  y = x @ w itself, image by image, forward and again backward, and takes dz on into
+  dz (w * A)' and x' dz a band of rows at a time: neither y nor dz (6x the input's
+  channels) is written out or kept. B0's train step at batch 128 and 128 px:
+  temporaries 1.97 -> 1.6 GiB (benchmarks/README.md)."""
   return _native_expand_fwd(x, w, scale, bias, kernel, epsilon, stride)[0]
 
 
