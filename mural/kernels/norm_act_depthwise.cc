@@ -391,8 +391,8 @@ ffi::Error Forward(ffi::ThreadPool& pool, const Geometry& g, const Source& src,
 // reduction over the batch in XLA ran at about 1 GB/s). Sums are taken over a row first,
 // then over rows, then over the part's images, so they do not depend on the threads.
 //
-// With the expand conv (src.w), dz itself is not written out: each row of it goes into
-// the expand conv's gradients at once, dx_a = dz @ (w * a)' [B, H, W, K] (out, in dz's
+// With the expand conv (src.w), dz itself is not written out: each band of its rows goes
+// into the expand conv's gradients at once, dx_a = dz @ (w * a)' [B, H, W, K] (out, in dz's
 // place) and the per-part sums of x' dz [T, K, C] (xdz); the terms of those gradients
 // that need the norm's sums over the whole batch are left to XLA.
 ffi::Error Backward(ffi::ThreadPool& pool, const Geometry& g, const Source& src,
