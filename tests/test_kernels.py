@@ -63,7 +63,8 @@ def _expand_reference(x, w, scale, bias, kernel, stride):
 
 @pytest.mark.parametrize("shape,features,k,stride", [
     ((2, 8, 8, 6), 20, 3, 1), ((3, 9, 7, 8), 24, 5, 2), ((6, 1, 1, 4), 16, 3, 1),
-    ((2 * kernels.BATCH_PARTS + 6, 3, 4, 4), 16, 3, 2)])
+    ((2 * kernels.BATCH_PARTS + 6, 3, 4, 4), 16, 3, 2),
+    ((2, 20, 5, 8), 24, 3, 1)])  # Rows of 5 pixels: bands of 13 and 7 rows in the backward.
 @pytest.mark.parametrize("expand_in_kernel", [True, False])
 def test_native_expand_norm_act_depthwise_is_the_composition(shape, features, k, stride,
                                                              expand_in_kernel, monkeypatch):
@@ -159,3 +160,17 @@ def test_build_caches_by_source_and_reports_compiler_errors(tmp_path):
   with pytest.raises(RuntimeError, match=r"broken\.cc.*failed:\n.*error"):
     kernels.build(broken, directory=tmp_path)
   assert not list(tmp_path.rglob("*.tmp")), "a failed build left its partial file"
+
+
+def test_mismatched_shapes_are_a_clear_error():
+  """The kernels check their operands' shapes and say which, instead of reading past them."""
+  x, w = jnp.ones((2, 4, 4, 3)), jnp.ones((3, 8))
+  vec, kernel = jnp.ones(8), jnp.ones((3, 3, 8))
+  forward = jax.jit(kernels.norm_act_depthwise_forward, static_argnums=6)
+  with pytest.raises(Exception, match=r"want x \[B, H, W, K\], w \[K, C\]"):
+    forward(x, vec, vec, vec, vec, kernel, 1, jnp.ones((4, 8))).block_until_ready()
+  with pytest.raises(Exception, match=r"want mean, inv, scale, bias \[C\]"):
+    forward(x, jnp.ones(7), vec, vec, vec, kernel, 1, w).block_until_ready()
+  with pytest.raises(Exception, match=r"kernel \[K, K, C\]"):
+    forward(x, vec, vec, vec, vec, jnp.ones((3, 3, 7)), 1, w).block_until_ready()
+  assert forward(x, vec, vec, vec, vec, kernel, 1, w).shape == (2, 4, 4, 8)

@@ -360,10 +360,22 @@ struct Source {
   }
 };
 
+// The norm's four vectors, one value per channel of the norm's input.
+ffi::Error CheckNorm(const Geometry& g, ffi::Buffer<ffi::F32>& mean, ffi::Buffer<ffi::F32>& inv,
+                     ffi::Buffer<ffi::F32>& scale, ffi::Buffer<ffi::F32>& bias) {
+  if (mean.element_count() != g.c || inv.element_count() != g.c ||
+      scale.element_count() != g.c || bias.element_count() != g.c) {
+    return ffi::Error::InvalidArgument(
+        "norm_act_depthwise: want mean, inv, scale, bias [C], C the norm input's channels");
+  }
+  return ffi::Error::Success();
+}
+
 ffi::Error Forward(ffi::ThreadPool& pool, const Geometry& g, const Source& src,
                    ffi::Buffer<ffi::F32>& mean, ffi::Buffer<ffi::F32>& inv,
                    ffi::Buffer<ffi::F32>& scale, ffi::Buffer<ffi::F32>& bias,
                    ffi::Buffer<ffi::F32>& kernel, ffi::ResultBuffer<ffi::F32>& y) {
+  if (auto e = CheckNorm(g, mean, inv, scale, bias); e.failure()) return e;
   const std::vector<float> a = NormScale(inv.typed_data(), scale.typed_data(), g.c);
   const float* ks = kernel.typed_data();
   const float *mu = mean.typed_data(), *beta = bias.typed_data();
@@ -401,6 +413,7 @@ ffi::Error Backward(ffi::ThreadPool& pool, const Geometry& g, const Source& src,
                     ffi::Buffer<ffi::F32>& kernel, ffi::Buffer<ffi::F32>& grad,
                     ffi::ResultBuffer<ffi::F32>& out, ffi::ResultBuffer<ffi::F32>& dkernel,
                     ffi::ResultBuffer<ffi::F32>& sums, float* xdz = nullptr) {
+  if (auto e = CheckNorm(g, mean, inv, scale, bias); e.failure()) return e;
   auto gd = grad.dimensions();
   if (gd.size() != 4 || gd[0] != g.b || gd[1] != g.out_h || gd[2] != g.out_w || gd[3] != g.c) {
     return ffi::Error::InvalidArgument("norm_act_depthwise: grad is not [B, H', W', C]");
