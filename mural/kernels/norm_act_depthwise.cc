@@ -337,7 +337,9 @@ inline void OuterLanes(int64_t pixels, int64_t k, int64_t c, const float* __rest
 template <int64_t t>
 void OuterRows(int64_t pixels, int64_t k, int64_t c, const float* a, const float* b, float* out) {
   int64_t c0 = 0;
-  for (; c0 + kVecLanes <= c; c0 += kVecLanes) OuterLanes<t, kVecLanes>(pixels, k, c, a, b + c0, out + c0);
+  for (; c0 + kVecLanes <= c; c0 += kVecLanes) {
+    OuterLanes<t, kVecLanes>(pixels, k, c, a, b + c0, out + c0);
+  }
   for (; c0 + 8 <= c; c0 += 8) OuterLanes<t, 8>(pixels, k, c, a, b + c0, out + c0);
   for (; c0 < c; ++c0) OuterChunk<t, 1>(pixels, k, c, a, b + c0, out + c0);
 }
