@@ -173,97 +173,23 @@ void DzPixel(int64_t c, const float* __restrict x, const float* __restrict ds,
   }
 }
 
-// Channels are taken kLanes at a time (one AVX-512 register of float32), the sums held
-// in registers across the k * k taps; a channel count that is not a multiple falls back
-// to chunks of 8, then 1.
-constexpr int64_t kLanes = 16;
-
-// out[ch] = sum_ij base[i * row + j * c + ch] * kernel[(i * k + j) * c + ch], ch < n.
-template <int64_t n>
-inline void ConvChunk(int64_t k, int64_t row, int64_t c, const float* __restrict base,
-                      const float* __restrict kernel, float* __restrict out) {
-  float acc[n] = {};
-  for (int64_t i = 0; i < k; ++i) {
-    for (int64_t j = 0; j < k; ++j) {
-      const float* sp = base + i * row + j * c;
-      const float* kp = kernel + (i * k + j) * c;
-      for (int64_t l = 0; l < n; ++l) acc[l] += sp[l] * kp[l];
-    }
-  }
-  for (int64_t l = 0; l < n; ++l) out[l] = acc[l];
-}
-
-// One output pixel of the forward: base is the padded activation at its first tap.
-void ConvPixel(const Geometry& g, const float* base, const float* kernel, float* out) {
-  const int64_t c = g.c, row = g.pad_w * c;
-  int64_t c0 = 0;
-  for (; c0 + kLanes <= c; c0 += kLanes) {
-    ConvChunk<kLanes>(g.k, row, c, base + c0, kernel + c0, out + c0);
-  }
-  for (; c0 + 8 <= c; c0 += 8) ConvChunk<8>(g.k, row, c, base + c0, kernel + c0, out + c0);
-  for (; c0 < c; ++c0) ConvChunk<1>(g.k, row, c, base + c0, kernel + c0, out + c0);
-}
-
-// One output row oh of the backward, channels [c0, c0 + n): ds (over the padded grid)
-// gets grad * kernel at each tap, and dk each tap's sum over the row of s * grad.
-template <int64_t n>
-inline void ScatterChunk(const Geometry& g, int64_t oh, int64_t c0, const float* __restrict s,
-                         float* __restrict ds, const float* __restrict grad,
-                         const float* __restrict kernel, float* __restrict dk) {
-  const int64_t c = g.c;
-  for (int64_t i = 0; i < g.k; ++i) {
-    for (int64_t j = 0; j < g.k; ++j) {
-      const int64_t tap = (i * g.k + j) * c + c0;
-      const int64_t at = ((oh * g.stride + i) * g.pad_w + j) * c + c0;
-      float kv[n], acc[n] = {};
-      for (int64_t l = 0; l < n; ++l) kv[l] = kernel[tap + l];
-      for (int64_t ow = 0; ow < g.out_w; ++ow) {
-        const float* gv = grad + ow * c + c0;
-        const int64_t p = at + ow * g.stride * c;
-        for (int64_t l = 0; l < n; ++l) {
-          ds[p + l] += gv[l] * kv[l];
-          acc[l] += s[p + l] * gv[l];
-        }
-      }
-      for (int64_t l = 0; l < n; ++l) dk[tap + l] += acc[l];
-    }
-  }
-}
-
-void ScatterRow(const Geometry& g, int64_t oh, const float* s, float* ds, const float* grad,
-                const float* kernel, float* dk) {
-  int64_t c0 = 0;
-  for (; c0 + kLanes <= g.c; c0 += kLanes) ScatterChunk<kLanes>(g, oh, c0, s, ds, grad, kernel, dk);
-  for (; c0 + 8 <= g.c; c0 += 8) ScatterChunk<8>(g, oh, c0, s, ds, grad, kernel, dk);
-  for (; c0 < g.c; ++c0) ScatterChunk<1>(g, oh, c0, s, ds, grad, kernel, dk);
-}
-
-// y[p, l] = sum_i x[p, i] * w[i, l] for q pixels and n channels: x [q, k] (rows of k),
-// w and y rows of c. The q * n sums stay in registers over the k inputs.
-template <int64_t q, int64_t n>
-inline void ExpandChunk(int64_t k, int64_t c, const float* __restrict x,
-                        const float* __restrict w, float* __restrict y) {
-  float acc[q][n] = {};
-  for (int64_t i = 0; i < k; ++i) {
-    for (int64_t p = 0; p < q; ++p) {
-      const float xv = x[p * k + i];
-      for (int64_t l = 0; l < n; ++l) acc[p][l] += xv * w[i * c + l];
-    }
-  }
-  for (int64_t p = 0; p < q; ++p) {
-    for (int64_t l = 0; l < n; ++l) y[p * c + l] = acc[p][l];
-  }
-}
-
 // Registers of float32 lanes (GCC's vector extension; loads need not be aligned): one
-// AVX-512 register, and half of one for a channel count's remainder.
-// (GCC ignores the attribute on an alias template, hence the two typedefs.)
+// AVX-512 register, half of one, and a single float for a channel count's remainder.
+// (GCC ignores the attribute on an alias template, hence the typedefs.)
 typedef float Vec16 __attribute__((vector_size(16 * sizeof(float)), aligned(sizeof(float))));
 typedef float Vec8 __attribute__((vector_size(8 * sizeof(float)), aligned(sizeof(float))));
 template <int64_t n> struct VecOf;
 template <> struct VecOf<16> { using type = Vec16; };
 template <> struct VecOf<8> { using type = Vec8; };
+template <> struct VecOf<1> { using type = float; };
 template <int64_t n> using Vec = typename VecOf<n>::type;
+
+template <int64_t n> inline Vec<n> Load(const float* p) {
+  return *reinterpret_cast<const Vec<n>*>(p);
+}
+template <int64_t n> inline void Store(float* p, const Vec<n>& v) {
+  *reinterpret_cast<Vec<n>*>(p) = v;
+}
 
 // The widest register the CPU has. Without AVX-512, GCC 12 runs Vec16's arithmetic
 // through memory: the matmuls below ran at 5.5 GFLOP/s on an AVX2 EPYC, 67 with Vec8.
@@ -273,25 +199,103 @@ constexpr int64_t kVecLanes = 16;
 constexpr int64_t kVecLanes = 8;
 #endif
 
-// ExpandChunk<q, n> written with Vec<n>: GCC did not keep the plain loops' sums in
-// registers (the expand conv ran at about 20 GFLOP/s).
+// A chunk of channels: m registers of n lanes.
+template <int64_t n, int64_t m> struct Lanes {
+  static constexpr int64_t kN = n, kM = m;
+};
+
+// Calls chunk(c0, Lanes<n, m>()) on consecutive chunks that cover channels [0, c):
+// `regs` registers of the CPU's width (independent sums that hide the FMA's latency),
+// then one, then single channels.
+template <int64_t regs, typename Chunk>
+inline void ForChunks(int64_t c, const Chunk& chunk) {
+  int64_t c0 = 0;
+  for (; c0 + regs * kVecLanes <= c; c0 += regs * kVecLanes) chunk(c0, Lanes<kVecLanes, regs>());
+  for (; c0 + kVecLanes <= c; c0 += kVecLanes) chunk(c0, Lanes<kVecLanes, 1>());
+  for (; c0 < c; ++c0) chunk(c0, Lanes<1, 1>());
+}
+
+// The depthwise conv's loops keep 4 registers of sums.
+constexpr int64_t kConvRegs = 4;
+
+// out[ch] = sum_ij base[i * row + j * c + ch] * kernel[(i * k + j) * c + ch], ch < n * m.
+template <int64_t n, int64_t m>
+inline void ConvChunk(int64_t k, int64_t row, int64_t c, const float* __restrict base,
+                      const float* __restrict kernel, float* __restrict out) {
+  Vec<n> acc[m] = {};
+  for (int64_t i = 0; i < k; ++i) {
+    for (int64_t j = 0; j < k; ++j) {
+      const float* sp = base + i * row + j * c;
+      const float* kp = kernel + (i * k + j) * c;
+      for (int64_t r = 0; r < m; ++r) acc[r] += Load<n>(sp + r * n) * Load<n>(kp + r * n);
+    }
+  }
+  for (int64_t r = 0; r < m; ++r) Store<n>(out + r * n, acc[r]);
+}
+
+// One output pixel of the forward: base is the padded activation at its first tap.
+void ConvPixel(const Geometry& g, const float* base, const float* kernel, float* out) {
+  const int64_t row = g.pad_w * g.c;
+  ForChunks<kConvRegs>(g.c, [&](int64_t c0, auto lanes) {
+    using L = decltype(lanes);
+    ConvChunk<L::kN, L::kM>(g.k, row, g.c, base + c0, kernel + c0, out + c0);
+  });
+}
+
+// One output row oh of the backward, channels [c0, c0 + n * m): ds (over the padded
+// grid) gets grad * kernel at each tap, and dk each tap's sum over the row of s * grad.
+template <int64_t n, int64_t m>
+inline void ScatterChunk(const Geometry& g, int64_t oh, int64_t c0, const float* __restrict s,
+                         float* __restrict ds, const float* __restrict grad,
+                         const float* __restrict kernel, float* __restrict dk) {
+  const int64_t c = g.c;
+  for (int64_t i = 0; i < g.k; ++i) {
+    for (int64_t j = 0; j < g.k; ++j) {
+      const int64_t tap = (i * g.k + j) * c + c0;
+      const int64_t at = ((oh * g.stride + i) * g.pad_w + j) * c + c0;
+      Vec<n> kv[m], acc[m] = {};
+      for (int64_t r = 0; r < m; ++r) kv[r] = Load<n>(kernel + tap + r * n);
+      for (int64_t ow = 0; ow < g.out_w; ++ow) {
+        const float* gp = grad + ow * c + c0;
+        const int64_t p = at + ow * g.stride * c;
+        for (int64_t r = 0; r < m; ++r) {
+          const Vec<n> gv = Load<n>(gp + r * n);
+          Store<n>(ds + p + r * n, Load<n>(ds + p + r * n) + gv * kv[r]);
+          acc[r] += Load<n>(s + p + r * n) * gv;
+        }
+      }
+      for (int64_t r = 0; r < m; ++r) Store<n>(dk + tap + r * n, Load<n>(dk + tap + r * n) + acc[r]);
+    }
+  }
+}
+
+void ScatterRow(const Geometry& g, int64_t oh, const float* s, float* ds, const float* grad,
+                const float* kernel, float* dk) {
+  ForChunks<kConvRegs>(g.c, [&](int64_t c0, auto lanes) {
+    using L = decltype(lanes);
+    ScatterChunk<L::kN, L::kM>(g, oh, c0, s, ds, grad, kernel, dk);
+  });
+}
+
+// y[p, l] = sum_i x[p, i] * w[i, l] for q pixels and n channels: x [q, k] (rows of k),
+// w and y rows of c. The q sums stay in registers over the k inputs (written with GCC's
+// vectors: it did not keep plain loops' sums in registers, about 20 GFLOP/s).
 template <int64_t q, int64_t n>
-inline void ExpandLanes(int64_t k, int64_t c, const float* __restrict x,
+inline void ExpandChunk(int64_t k, int64_t c, const float* __restrict x,
                         const float* __restrict w, float* __restrict y) {
   Vec<n> acc[q] = {};
   for (int64_t i = 0; i < k; ++i) {
-    const Vec<n> wv = *reinterpret_cast<const Vec<n>*>(w + i * c);
+    const Vec<n> wv = Load<n>(w + i * c);
     for (int64_t p = 0; p < q; ++p) acc[p] += x[p * k + i] * wv;
   }
-  for (int64_t p = 0; p < q; ++p) *reinterpret_cast<Vec<n>*>(y + p * c) = acc[p];
+  for (int64_t p = 0; p < q; ++p) Store<n>(y + p * c, acc[p]);
 }
 
 template <int64_t q>
 void ExpandPixels(int64_t k, int64_t c, const float* x, const float* w, float* y) {
-  int64_t c0 = 0;
-  for (; c0 + kVecLanes <= c; c0 += kVecLanes) ExpandLanes<q, kVecLanes>(k, c, x, w + c0, y + c0);
-  for (; c0 + 8 <= c; c0 += 8) ExpandLanes<q, 8>(k, c, x, w + c0, y + c0);
-  for (; c0 < c; ++c0) ExpandChunk<q, 1>(k, c, x, w + c0, y + c0);
+  ForChunks<1>(c, [&](int64_t c0, auto lanes) {
+    ExpandChunk<q, decltype(lanes)::kN>(k, c, x, w + c0, y + c0);
+  });
 }
 
 // y = x @ w over one image's pixels: x [pixels, k], w [k, c], y [pixels, c].
@@ -303,45 +307,24 @@ void Expand(int64_t pixels, int64_t k, int64_t c, const float* x, const float* w
 }
 
 // out[i, l] += sum_p a[p, i] * b[p, l] for rows i < t of out and n channels: a [pixels,
-// k], b and out rows of c. The t * n sums stay in registers over the pixels.
+// k], b and out rows of c. The t sums stay in registers over the pixels.
 template <int64_t t, int64_t n>
 inline void OuterChunk(int64_t pixels, int64_t k, int64_t c, const float* __restrict a,
                        const float* __restrict b, float* __restrict out) {
-  float acc[t][n];
-  for (int64_t r = 0; r < t; ++r) {
-    for (int64_t l = 0; l < n; ++l) acc[r][l] = out[r * c + l];
-  }
-  for (int64_t p = 0; p < pixels; ++p) {
-    for (int64_t r = 0; r < t; ++r) {
-      const float av = a[p * k + r];
-      for (int64_t l = 0; l < n; ++l) acc[r][l] += av * b[p * c + l];
-    }
-  }
-  for (int64_t r = 0; r < t; ++r) {
-    for (int64_t l = 0; l < n; ++l) out[r * c + l] = acc[r][l];
-  }
-}
-
-template <int64_t t, int64_t n>
-inline void OuterLanes(int64_t pixels, int64_t k, int64_t c, const float* __restrict a,
-                       const float* __restrict b, float* __restrict out) {
   Vec<n> acc[t];
-  for (int64_t r = 0; r < t; ++r) acc[r] = *reinterpret_cast<const Vec<n>*>(out + r * c);
+  for (int64_t r = 0; r < t; ++r) acc[r] = Load<n>(out + r * c);
   for (int64_t p = 0; p < pixels; ++p) {
-    const Vec<n> bv = *reinterpret_cast<const Vec<n>*>(b + p * c);
+    const Vec<n> bv = Load<n>(b + p * c);
     for (int64_t r = 0; r < t; ++r) acc[r] += a[p * k + r] * bv;
   }
-  for (int64_t r = 0; r < t; ++r) *reinterpret_cast<Vec<n>*>(out + r * c) = acc[r];
+  for (int64_t r = 0; r < t; ++r) Store<n>(out + r * c, acc[r]);
 }
 
 template <int64_t t>
 void OuterRows(int64_t pixels, int64_t k, int64_t c, const float* a, const float* b, float* out) {
-  int64_t c0 = 0;
-  for (; c0 + kVecLanes <= c; c0 += kVecLanes) {
-    OuterLanes<t, kVecLanes>(pixels, k, c, a, b + c0, out + c0);
-  }
-  for (; c0 + 8 <= c; c0 += 8) OuterLanes<t, 8>(pixels, k, c, a, b + c0, out + c0);
-  for (; c0 < c; ++c0) OuterChunk<t, 1>(pixels, k, c, a, b + c0, out + c0);
+  ForChunks<1>(c, [&](int64_t c0, auto lanes) {
+    OuterChunk<t, decltype(lanes)::kN>(pixels, k, c, a, b + c0, out + c0);
+  });
 }
 
 // out += a' b over pixels: a [pixels, k], b [pixels, c], out [k, c].
