@@ -264,7 +264,9 @@ inline void ScatterChunk(const Geometry& g, int64_t oh, int64_t c0, const float*
           acc[r] += Load<n>(s + p + r * n) * gv;
         }
       }
-      for (int64_t r = 0; r < m; ++r) Store<n>(dk + tap + r * n, Load<n>(dk + tap + r * n) + acc[r]);
+      for (int64_t r = 0; r < m; ++r) {
+        Store<n>(dk + tap + r * n, Load<n>(dk + tap + r * n) + acc[r]);
+      }
     }
   }
 }
