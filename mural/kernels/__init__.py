@@ -173,7 +173,7 @@ def expand_norm_act_depthwise_backward(x, w, mean, inv, scale, bias, kernel, gra
   a = inv * scale. The rest of the expand conv's gradients needs the two sums over the
   whole batch, so the caller adds it."""
   _check()
-  b, h, width, k_in = x.shape
+  b, k_in = x.shape[0], x.shape[-1]
   k, c = kernel.shape[0], kernel.shape[-1]
   parts = min(b, BATCH_PARTS)
   shapes = (jax.ShapeDtypeStruct(x.shape, jnp.float32),

@@ -210,7 +210,9 @@ template <int64_t n, int64_t m> struct Lanes {
 template <int64_t regs, typename Chunk>
 inline void ForChunks(int64_t c, const Chunk& chunk) {
   int64_t c0 = 0;
-  for (; c0 + regs * kVecLanes <= c; c0 += regs * kVecLanes) chunk(c0, Lanes<kVecLanes, regs>());
+  if constexpr (regs > 1) {
+    for (; c0 + regs * kVecLanes <= c; c0 += regs * kVecLanes) chunk(c0, Lanes<kVecLanes, regs>());
+  }
   for (; c0 + kVecLanes <= c; c0 += kVecLanes) chunk(c0, Lanes<kVecLanes, 1>());
   for (; c0 < c; ++c0) chunk(c0, Lanes<1, 1>());
 }
@@ -435,7 +437,8 @@ ffi::Error Backward(ffi::ThreadPool& pool, const Geometry& g, const Source& src,
     // With the expand conv, dz goes on into its gradients a band of rows at a time, at
     // least 64 pixels: those small matmuls keep their sums in registers over the band.
     const int64_t band = std::min(g.h, (64 + g.w - 1) / g.w);
-    float* s = Scratch(buffer, 2 * g.pad_h * row + 2 * c + band * g.w * c);
+    const int64_t band_size = xdz == nullptr ? 0 : band * g.w * c;
+    float* s = Scratch(buffer, 2 * g.pad_h * row + 2 * c + band_size);
     float* ds = s + g.pad_h * row;  // dL/ds over the padded grid.
     float* row_sums = ds + g.pad_h * row;
     float* dz_band = row_sums + 2 * c;  // With the expand conv: a band of dz's rows.

@@ -432,9 +432,10 @@ def pointwise_batch_stats(x, w):
 # The widest expand-conv input that the C++ op expands itself, forward and backward
 # (see native_expand_norm_act_depthwise). With few input channels the expanded
 # activation's bytes bound XLA's matmuls; with more, their FLOPs do, and XLA's run
-# faster than the op's loops. In B0's train step (batch 128, 128 px; each op's least
-# time over 5 traced steps) the backward of K = 16 went 154 -> 119 ms, K = 24 101 ->
-# 99 and 56 -> 47, but K = 40 45 -> 74 and K = 80 20-32 -> 31-45 (benchmarks/README.md).
+# faster than the op's loops. In B0's train step (batch 128, 128 px, 2-core Xeon; each
+# op's least time over 5 traced steps) the backward of K = 16 went 154 -> 118 ms, K = 24
+# 101 -> 99 and 56 -> 48, but K = 40 45 -> 76 and K = 80 20-32 -> 31-45; on an AVX2 EPYC
+# thresholds 0-88 ran the step alike (benchmarks/README.md).
 KERNEL_EXPAND_MAX_CHANNELS = 32
 
 
@@ -453,7 +454,7 @@ def native_expand_norm_act_depthwise(x, w, scale, bias, kernel, epsilon: float, 
   y = x @ w itself, image by image, forward and again backward, and takes dz on into
   dz (w * A)' and x' dz a band of rows at a time: neither y nor dz (6x the input's
   channels) is written out or kept. B0's train step at batch 128 and 128 px:
-  temporaries 1.97 -> 1.6 GiB (benchmarks/README.md)."""
+  temporaries 1.97 -> 1.68 GiB (benchmarks/README.md)."""
   return _native_expand_fwd(x, w, scale, bias, kernel, epsilon, stride)[0]
 
 
