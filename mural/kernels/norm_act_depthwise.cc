@@ -80,8 +80,9 @@ inline void ForChunks(int64_t c, const Chunk& chunk) {
 // polynomial (relative error about 1e-7), n = round(x / ln 2) by the 1.5 * 2^23 shift.
 // NaN passes through. The loops that call it are written on GCC's vectors rather than
 // left to its vectoriser, whose code for the scalar form (the clamps turned into blends
-// around the divide) varied with the loop around it: the ops' backward passes ran
-// 1.10-1.25x faster this way on an AVX2 EPYC, their forward passes alike.
+// around the divide) varied with the loop around it: on an AVX2 EPYC the squeeze-excite
+// ops ran 1.06-1.26x faster this way and the depthwise backward 1.04-1.13x, the
+// forward as before (benchmarks/README.md).
 template <typename V>
 inline V Exp(V x) {
   x = x > 88.0f ? V{} + 88.0f : x;
