@@ -398,8 +398,8 @@ def test_depthwise_grad_loop_takes_every_devices_share_per_step():
 def test_first_block_applies_the_stem_norm_when_it_has_no_residual():
   """B0's first block (32 -> 16 channels, no expand conv, no residual) applies the stem's
   norm + swish in its depthwise conv's op: the C++ kernel then runs in all 16 blocks. At
-  width 0.5 (16 -> 8 channels) the same wiring gives XLA's convs + nn.BatchNorm's loss,
-  features, batch stats and gradients."""
+  width 0.5 (16 -> 8 channels; its first two stages) the same wiring gives XLA's convs +
+  nn.BatchNorm's loss, features, batch stats and gradients."""
   b0 = efficientnet.EfficientNet(1.0, 1.0, 0.2, stochastic_depth_rate=0.0, conv_impl="native",
                                  norm_impl="fused")
   images = jnp.zeros((2, 32, 32, 3))
@@ -408,9 +408,12 @@ def test_first_block_applies_the_stem_norm_when_it_has_no_residual():
       variables))
   assert _depthwise_calls(jaxpr) == 16
   net = lambda impl, norm: efficientnet.EfficientNet(0.5, 0.25, 0.2, stochastic_depth_rate=0.0,
-                                                     conv_impl=impl, norm_impl=norm)
+                                                     conv_impl=impl, norm_impl=norm,
+                                                     num_stages=2)  # Block 0 and one after it.
   images = jax.random.normal(jax.random.key(1), (8, 32, 32, 3))
-  variables = net("xla", "flax").init(jax.random.key(0), images, train=False)
+  # Jitted: one program instead of one per op of the init.
+  variables = jax.jit(lambda key: net("xla", "flax").init(key, images, train=False))(
+      jax.random.key(0))
   assert net("xla", "flax").blocks()[0]["in_filters"] != net("xla", "flax").blocks()[0]["out_filters"]
   weights = jax.random.normal(jax.random.key(2), (net("xla", "flax").output_dim,))
   step = jax.jit(_train_step, static_argnums=0)
