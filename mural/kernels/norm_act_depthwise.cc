@@ -31,8 +31,9 @@ namespace ffi = xla::ffi;
 namespace {
 
 // Registers of float32 lanes (GCC's vector extension; loads need not be aligned): one
-// AVX-512 register, half of one, and a single float for a channel count's remainder.
-// (GCC ignores the attribute on an alias template, hence the typedefs.)
+// AVX-512 register, half of one, and a single float for a channel count's remainder;
+// and int32 registers of the same widths (Exp's exponent bits). (GCC ignores the
+// attribute on an alias template, hence the typedefs.)
 typedef float Vec16 __attribute__((vector_size(16 * sizeof(float)), aligned(sizeof(float))));
 typedef float Vec8 __attribute__((vector_size(8 * sizeof(float)), aligned(sizeof(float))));
 typedef int32_t Int16 __attribute__((vector_size(16 * sizeof(int32_t))));
@@ -113,10 +114,15 @@ template <typename V> inline V SwishSlope(V z, V sig) {
   return sig * (1.0f + z * (1.0f - sig));
 }
 
-// Calls body(i, Lanes<n, 1>()) over the channels [0, c) a register at a time: the
-// elementwise loops, written on Vec<n> (see Exp).
-template <typename Body>
-inline void ForLanes(int64_t c, const Body& body) { ForChunks<1>(c, body); }
+// The norm's output z = (x - mean) * a + bias at channels [i, i + n); with `centred`,
+// also x - mean there. The elementwise loops call it through ForChunks<1> (see Exp).
+template <int64_t n>
+inline Vec<n> NormZ(int64_t i, const float* x, const float* mean, const float* a,
+                    const float* bias, Vec<n>* centred = nullptr) {
+  const Vec<n> d = Load<n>(x + i) - Load<n>(mean + i);
+  if (centred != nullptr) *centred = d;
+  return d * Load<n>(a + i) + Load<n>(bias + i);
+}
 
 struct Geometry {
   int64_t b, h, w, c, k, stride, out_h, out_w, top, left, pad_h, pad_w;
@@ -210,10 +216,9 @@ void Activation(const Geometry& g, const float* x, const float* mean, const floa
     for (int64_t v = 0; v < g.w; ++v) {
       const float* xp = x + (u * g.w + v) * c;
       float* sp = srow + (g.left + v) * c;
-      ForLanes(c, [&](int64_t i, auto lanes) {
+      ForChunks<1>(c, [&](int64_t i, auto lanes) {
         constexpr int64_t n = decltype(lanes)::kN;
-        const Vec<n> z = (Load<n>(xp + i) - Load<n>(mean + i)) * Load<n>(a + i) +
-                         Load<n>(bias + i);
+        const Vec<n> z = NormZ<n>(i, xp, mean, a, bias);
         Store<n>(sp + i, z * Sigmoid(z));
       });
     }
@@ -225,10 +230,10 @@ void DzPixel(int64_t c, const float* __restrict x, const float* __restrict ds,
              const float* __restrict mean, const float* __restrict inv,
              const float* __restrict a, const float* __restrict bias, float* __restrict dz,
              float* __restrict sums) {
-  ForLanes(c, [&](int64_t i, auto lanes) {
+  ForChunks<1>(c, [&](int64_t i, auto lanes) {
     constexpr int64_t n = decltype(lanes)::kN;
-    const Vec<n> centred = Load<n>(x + i) - Load<n>(mean + i);
-    const Vec<n> z = centred * Load<n>(a + i) + Load<n>(bias + i);
+    Vec<n> centred;
+    const Vec<n> z = NormZ<n>(i, x, mean, a, bias, &centred);
     const Vec<n> d = Load<n>(ds + i) * SwishSlope(z, Sigmoid(z));
     Store<n>(dz + i, d);
     Store<n>(sums + i, Load<n>(sums + i) + d);
@@ -630,10 +635,9 @@ ffi::Error SqueezeForward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> y,
       std::fill(row, row + c, 0.0f);
       for (int64_t v = 0; v < w; ++v) {
         const float* __restrict yp = ys + ((image * h + u) * w + v) * c;
-        ForLanes(c, [&](int64_t i, auto lanes) {
+        ForChunks<1>(c, [&](int64_t i, auto lanes) {
           constexpr int64_t n = decltype(lanes)::kN;
-          const Vec<n> z =
-              (Load<n>(yp + i) - Load<n>(mu + i)) * Load<n>(as + i) + Load<n>(beta + i);
+          const Vec<n> z = NormZ<n>(i, yp, mu, as, beta);
           Store<n>(row + i, Load<n>(row + i) + z * Sigmoid(z));
         });
       }
@@ -666,9 +670,9 @@ ffi::Error ExciteForward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> y,
     for (int64_t p = 0; p < pixels; ++p) {
       const float* __restrict yp = ys + (image * pixels + p) * c;
       float* __restrict op = os + (image * pixels + p) * c;
-      ForLanes(c, [&](int64_t i, auto lanes) {
+      ForChunks<1>(c, [&](int64_t i, auto lanes) {
         constexpr int64_t n = decltype(lanes)::kN;
-        const Vec<n> z = (Load<n>(yp + i) - Load<n>(mu + i)) * Load<n>(as + i) + Load<n>(beta + i);
+        const Vec<n> z = NormZ<n>(i, yp, mu, as, beta);
         Store<n>(op + i, z * Sigmoid(z) * Load<n>(g + i));
       });
     }
@@ -706,10 +710,10 @@ ffi::Error ExciteSums(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> y, ffi::Buffer
         const int64_t at = ((image * h + u) * w + v) * c;
         const float* __restrict yp = ys + at;
         const float* __restrict dp = ds + at;
-        ForLanes(c, [&](int64_t i, auto lanes) {
+        ForChunks<1>(c, [&](int64_t i, auto lanes) {
           constexpr int64_t n = decltype(lanes)::kN;
-          const Vec<n> centred = Load<n>(yp + i) - Load<n>(mu + i);
-          const Vec<n> z = centred * Load<n>(as + i) + Load<n>(beta + i);
+          Vec<n> centred;
+          const Vec<n> z = NormZ<n>(i, yp, mu, as, beta, &centred);
           const Vec<n> sig = Sigmoid(z), d = Load<n>(dp + i);
           const Vec<n> slope = SwishSlope(z, sig), xhat = centred * Load<n>(in + i);
           const Vec<n> terms[5] = {d * (z * sig), slope * d, slope * d * xhat, slope, slope * xhat};
@@ -756,14 +760,14 @@ ffi::Error ExciteInputGrad(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> y,
       const float* __restrict yp = ys + at;
       const float* __restrict dop = ds + at;
       float* __restrict out = dys + at;
-      ForLanes(c, [&](int64_t i, auto lanes) {
+      ForChunks<1>(c, [&](int64_t i, auto lanes) {
         constexpr int64_t n = decltype(lanes)::kN;
-        const Vec<n> centred = Load<n>(yp + i) - Load<n>(mu + i);
-        const Vec<n> a = Load<n>(as + i);
-        const Vec<n> z = centred * a + Load<n>(beta + i);
+        Vec<n> centred;
+        const Vec<n> z = NormZ<n>(i, yp, mu, as, beta, &centred);
         const Vec<n> dz =
             SwishSlope(z, Sigmoid(z)) * (Load<n>(dop + i) * Load<n>(g + i) + Load<n>(dp + i));
-        Store<n>(out + i, a * (dz - Load<n>(m1 + i) - centred * Load<n>(in + i) * Load<n>(m2 + i)));
+        Store<n>(out + i, Load<n>(as + i) *
+                              (dz - Load<n>(m1 + i) - centred * Load<n>(in + i) * Load<n>(m2 + i)));
       });
     }
   });
