@@ -14,6 +14,7 @@ import jax
 from absl import logging
 from etils import epath
 from jax.experimental import multihost_utils
+import tensorflow as tf
 
 from mural import config_lib
 from mural.data import sources
@@ -49,6 +50,7 @@ def training_texts(config, tasks: Sequence) -> Iterator[str]:
       yield record[f].decode("utf-8", "replace")
 
 
+@tf.autograph.experimental.do_not_convert  # Graph-mode code only: pipeline._open_sources says why.
 def learn(config, tasks: Sequence, workdir: str) -> str:
   """workdir/vocab.txt, learned from the tasks' training text unless it exists
   (config.data.tokenizer 'words': workdir/words.json, see word_vocab.py).
