@@ -230,21 +230,23 @@ def test_cls_alone_through_the_last_layer_is_the_sequence_output_and_costs_less(
   vocab, h, layers, mlp, length = 50, 16, 2, 32, 12
   ids = jax.random.randint(jax.random.key(1), (4, length), 1, vocab)
   mask = (jnp.arange(length)[None] < jnp.array([[12], [7], [3], [1]])).astype(jnp.int32)
+  net = lambda rate: bert.Bert(vocab, h, h, layers, 4, mlp, length, dropout_rate=rate)
+  # Jitted: op by op, this test compiled ~320 small programs. The rate changes no parameter.
+  params = nn.unbox(jax.jit(lambda: net(0.0).init(jax.random.key(0), ids, mask, train=False))())["params"]
   for rate, train in ((0.0, True), (0.1, False), (0.1, True)):
-    net = bert.Bert(vocab, h, h, layers, 4, mlp, length, dropout_rate=rate)
-    # Jitted: op by op, this test compiled ~320 small programs.
-    params = nn.unbox(jax.jit(lambda: net.init(jax.random.key(0), ids, mask, train=False))())["params"]
     w = jax.random.normal(jax.random.key(2), (4, h))
-    apply = lambda p: net.apply({"params": p}, ids, mask, train=train, rngs={"dropout": jax.random.key(3)})
+    apply = lambda p: net(rate).apply({"params": p}, ids, mask, train=train, rngs={"dropout": jax.random.key(3)})
     cls, aux = jax.jit(apply)(params)
     np.testing.assert_array_equal(cls, aux["sequence"][:, 0])
     g_cls = jax.jit(jax.grad(lambda p: jnp.sum(apply(p)[0] * w)))(params)
     g_seq = jax.jit(jax.grad(lambda p: jnp.sum(apply(p)[1]["sequence"][:, 0] * w)))(params)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), g_cls, g_seq)
-    if train:  # The program of a caller that reads only [CLS] (a dual encoder's training step).
-      flops = lambda f: jax.jit(f).lower(params).compile().cost_analysis()["flops"]
+    if train:  # The program of a caller that reads only [CLS] (a dual encoder's training step),
+      # as JAX lowers it (unused outputs dropped; XLA's compile, 10 s here, would not change the
+      # verdict: 0.58 compiled).
+      flops = lambda f: jax.jit(f).lower(params).cost_analysis()["flops"]
       only_cls, whole = flops(lambda p: apply(p)[0]), flops(lambda p: apply(p)[1]["sequence"])
-      assert only_cls < 0.75 * whole, (only_cls, whole)  # Measured: 0.67 (1.0 with one path).
+      assert only_cls < 0.75 * whole, (only_cls, whole)  # Measured: 0.55 (1.0 with one path).
   # The one-position path draws its own dropout masks in training: other keys, other outputs.
   layer = bert.EncoderLayer(4, mlp, 0.5)
   x = jax.random.normal(jax.random.key(5), (4, length, h))
