@@ -151,10 +151,18 @@ def test_squeeze_excite_kernels_reject_mismatched_vectors():
 
 
 def test_build_caches_by_source_and_reports_compiler_errors(tmp_path):
-  first = kernels.build(directory=tmp_path)
+  """On a one-line source: the kernels' own (~10 CPU-s to compile) is built once through the
+  kernel cache, and test_kernels_build_and_load_here fails when it does not build."""
+  source = tmp_path / "src" / "one.cc"
+  source.parent.mkdir()
+  source.write_text('extern "C" int mural_one() { return 1; }\n')
+  first = kernels.build(source, directory=tmp_path)
   stamp = first.stat().st_mtime_ns
-  assert kernels.build(directory=tmp_path) == first and first.stat().st_mtime_ns == stamp
-  assert [p.name for p in tmp_path.iterdir()] == [first.name]  # No partial files left.
+  assert kernels.build(source, directory=tmp_path) == first and first.stat().st_mtime_ns == stamp
+  assert [p.name for p in tmp_path.iterdir() if p.is_file()] == [first.name]  # No partial files left.
+  source.write_text('extern "C" int mural_one() { return 2; }\n')  # Another source, another library.
+  second = kernels.build(source, directory=tmp_path)
+  assert second != first and first.exists() and second.exists()
   with pytest.raises(RuntimeError, match="cannot run the C\\+\\+ compiler 'no-such-c\\+\\+'"):
     kernels.build(directory=tmp_path / "other", compiler="no-such-c++")
   broken = tmp_path / "broken.cc"
