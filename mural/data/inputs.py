@@ -14,7 +14,8 @@ batches with `check` and `finish`, the trainer takes their shapes from
 `check` gives each raw record a status (records.STATUS: the first failing
 cheap check) and a language key: the language's index in data.languages
 (image-text) or left * L + right (text pairs), -1 when unknown. The pipeline
-samples languages by that key and counts skips by status.
+samples languages by that key and counts skips by status. `check` and `finish`
+run in tf.data without AutoGraph (sources.py's docstring says what that asks).
 """
 
 from __future__ import annotations  # tf.Tensor annotations are not evaluated at import.

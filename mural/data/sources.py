@@ -20,6 +20,11 @@ path/field when it is constructed, before any training step.
 `source_config` is one entry of config.tasks.<task>.sources: 'name' and 'weight'
 are the pipeline's, the other keys belong to the source (see each
 constructor's docstring for its fields and defaults).
+
+The pipeline builds its datasets with AutoGraph off (pipeline._open_sources
+says why), so the functions a source or a record kind (inputs.py) hands to
+tf.data are graph code: tf.cond or tf.where, not a Python `if` on a tensor,
+which raises OperatorNotAllowedInGraphError when the pipeline is built.
 """
 
 import dataclasses
