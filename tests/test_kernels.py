@@ -27,6 +27,18 @@ def test_kernels_build_and_load_here():
   assert kernels.available(), kernels.unavailable_reason()
 
 
+def _vjp64(f, args, ct):
+  """f(*args) and its gradients at cotangent ct, in float64, as one XLA program (op by op, the
+  reference's ~100 ops of each shape would each compile on their own)."""
+
+  def outputs_and_grads(args, ct):
+    out, pull = jax.vjp(f, *args)
+    return [out, *pull(ct)]
+
+  with jax.enable_x64(True):
+    return jax.jit(outputs_and_grads)([jnp.asarray(a) for a in args], jnp.asarray(ct))
+
+
 def _reference(x, scale, bias, kernel, stride):
   mean, var = jnp.mean(x, (0, 1, 2)), jnp.var(x, (0, 1, 2))
   y = jax.nn.swish((x - mean) / jnp.sqrt(var + 1e-3) * scale + bias)
@@ -44,10 +56,7 @@ def test_native_norm_act_depthwise_conv_is_the_composition(shape, k, stride):
   args = [rng.normal(size=shape) * 2 + 0.5, rng.normal(size=c) + 1, rng.normal(size=c),
           rng.normal(size=(k, k, 1, c))]
   ct = rng.normal(size=(shape[0], -(-shape[1] // stride), -(-shape[2] // stride), c))
-  with jax.enable_x64(True):
-    want, pull = jax.vjp(functools.partial(_reference, stride=stride),
-                         *(jnp.asarray(a) for a in args))
-    want = [want, *pull(jnp.asarray(ct))]
+  want = _vjp64(functools.partial(_reference, stride=stride), args, ct)
   op = jax.jit(lambda *a: jax.vjp(functools.partial(
       efficientnet.native_norm_act_depthwise_conv, epsilon=1e-3, stride=stride), *a))
   got, pull = op(*(jnp.asarray(a, jnp.float32) for a in args))
@@ -81,12 +90,9 @@ def test_native_expand_norm_act_depthwise_is_the_composition(shape, features, k,
           rng.normal(size=features) + 1, rng.normal(size=features),
           rng.normal(size=(k, k, 1, features))]
   ct = rng.normal(size=(shape[0], -(-shape[1] // stride), -(-shape[2] // stride), features))
-  with jax.enable_x64(True):
-    want, pull = jax.vjp(functools.partial(_expand_reference, stride=stride),
-                         *(jnp.asarray(a) for a in args))
-    want = [want, *pull(jnp.asarray(ct))]
-    y = jnp.einsum("bhwk,kn->bhwn", jnp.asarray(args[0]), jnp.asarray(args[1])[0, 0])
-    want_stats = [jnp.mean(y, (0, 1, 2)), jnp.var(y, (0, 1, 2))]
+  want = _vjp64(functools.partial(_expand_reference, stride=stride), args, ct)
+  y = np.einsum("bhwk,kn->bhwn", args[0], args[1][0, 0])
+  want_stats = [y.mean((0, 1, 2)), y.var((0, 1, 2))]
   op = jax.jit(lambda *a: jax.vjp(functools.partial(
       efficientnet.native_expand_norm_act_depthwise, epsilon=1e-3, stride=stride), *a))
   got, pull = op(*(jnp.asarray(a, jnp.float32) for a in args))
@@ -115,9 +121,7 @@ def test_native_norm_act_squeeze_excite_is_the_composition(shape, squeezed):
           rng.normal(size=(1, 1, c, squeezed)), rng.normal(size=squeezed),
           rng.normal(size=(1, 1, squeezed, c)), rng.normal(size=c)]
   ct = rng.normal(size=shape)
-  with jax.enable_x64(True):
-    want, pull = jax.vjp(_squeeze_excite_reference, *(jnp.asarray(a) for a in args))
-    want = [want, *pull(jnp.asarray(ct))]
+  want = _vjp64(_squeeze_excite_reference, args, ct)
   op = jax.jit(lambda *a: jax.vjp(lambda *b: efficientnet.native_norm_act_squeeze_excite(
       *b, epsilon=1e-3), *a))
   got, pull = op(*(jnp.asarray(a, jnp.float32) for a in args))
