@@ -115,6 +115,20 @@ def learn_vocab(workdir) -> str:
     vocab.RECORDS_PER_SOURCE = saved
 
 
+def jit_vjp(f, args, cotangent):
+  """[f(*args), *its gradients w.r.t. args at `cotangent`] as one jitted program. A reference
+  computed op by op (eager, with jax.vjp) compiles each of its ~100 ops of each shape alone,
+  ~20 ms apiece; jitted, the same composition is one compile. (Under jax.enable_x64(True),
+  float64 arrays in, float64 out.)"""
+  import jax  # pylint: disable=g-import-not-at-top
+
+  def outputs_and_grads(args, cotangent):
+    out, pull = jax.vjp(f, *args)
+    return [out, *pull(cotangent)]
+
+  return jax.jit(outputs_and_grads)(list(args), cotangent)
+
+
 class HookedIterator:
   """Wraps a training iterator; `hook(batch)` runs on batch number `at` (1-based; None: every
   batch) and may replace it."""

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import jit_vjp
 from mural import kernels
 from mural.models import efficientnet
 
@@ -28,15 +29,9 @@ def test_kernels_build_and_load_here():
 
 
 def _vjp64(f, args, ct):
-  """f(*args) and its gradients at cotangent ct, in float64, as one XLA program (op by op, the
-  reference's ~100 ops of each shape would each compile on their own)."""
-
-  def outputs_and_grads(args, ct):
-    out, pull = jax.vjp(f, *args)
-    return [out, *pull(ct)]
-
+  """f(*args) and its gradients at cotangent ct, in float64."""
   with jax.enable_x64(True):
-    return jax.jit(outputs_and_grads)([jnp.asarray(a) for a in args], jnp.asarray(ct))
+    return jit_vjp(f, [jnp.asarray(a) for a in args], jnp.asarray(ct))
 
 
 def _reference(x, scale, bias, kernel, stride):

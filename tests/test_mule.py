@@ -106,13 +106,12 @@ def test_top_k_triplet_matches_numpy(k):
   x, y = rng.normal(size=(6, 4)), rng.normal(size=(6, 4))
   valid = np.array([True, True, True, True, True, False])
   margin = 0.4
-  got, parts = losses.top_k_triplet_loss(jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32), margin, k,
-                                         jnp.asarray(valid))
+  loss = lambda a, b: losses.top_k_triplet_loss(a, b, margin, k, jnp.asarray(valid))
+  (got, parts), (gx, gy) = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))(
+      jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32))
   np.testing.assert_allclose(float(got), np_top_k_triplet(x, y, margin, k, valid), rtol=1e-5)
   assert float(parts["x2y"]) + float(parts["y2x"]) == pytest.approx(float(got))
   # Gradients, both sides, against central differences of the float64 NumPy loss.
-  grad = jax.grad(lambda a, b: losses.top_k_triplet_loss(a, b, margin, k, jnp.asarray(valid))[0], argnums=(0, 1))
-  gx, gy = grad(jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32))
   np.testing.assert_allclose(gx, _numeric_grad(lambda a: np_top_k_triplet(a, y, margin, k, valid), x), atol=2e-5)
   np.testing.assert_allclose(gy, _numeric_grad(lambda b: np_top_k_triplet(x, b, margin, k, valid), y), atol=2e-5)
   assert np.all(gx[5] == 0) and np.all(gy[5] == 0)  # The padding row takes no part.
@@ -159,11 +158,11 @@ def test_language_classifier_reverses_the_gradient_below_it():
   clf = multilingual.LanguageClassifier(3)
   u = jnp.asarray(np.random.default_rng(1).normal(size=(4, 5)), jnp.float32)
   labels = jnp.array([0, 1, 2, 1])
-  params = nn_unbox(clf.init(jax.random.PRNGKey(0), u)["params"])
+  params = nn_unbox(jax.jit(clf.init)(jax.random.PRNGKey(0), u)["params"])
   dense = lambda p, x: x @ p["dense"]["kernel"] + p["dense"]["bias"]
   ce = lambda logits: losses.language_classifier_loss(logits, labels)[0]
-  g_params, g_u = jax.grad(lambda p, x: ce(clf.apply({"params": p}, x)), (0, 1))(params, u)
-  want_params, want_u = jax.grad(lambda p, x: ce(dense(p, x)), (0, 1))(params, u)
+  g_params, g_u = jax.jit(jax.grad(lambda p, x: ce(clf.apply({"params": p}, x)), (0, 1)))(params, u)
+  want_params, want_u = jax.jit(jax.grad(lambda p, x: ce(dense(p, x)), (0, 1)))(params, u)
   np.testing.assert_allclose(g_params["dense"]["kernel"], want_params["dense"]["kernel"], rtol=1e-6)
   np.testing.assert_allclose(g_u, -want_u, rtol=1e-6)  # Reversed below the classifier.
 

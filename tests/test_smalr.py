@@ -143,12 +143,10 @@ def test_score_triplet_loss_matches_numpy(k):
   scores = rng.normal(size=(7, 4)) * 0.3
   t = np.array([0, 0, 1, 2, 3, 3, 1])  # Several captions per image.
   valid = np.array([True, True, True, True, True, True, False])
-  got, parts = losses.score_triplet_loss(jnp.asarray(scores, jnp.float32), jnp.asarray(t), 0.2, k, 1.5,
-                                         jnp.asarray(valid))
+  loss = lambda s: losses.score_triplet_loss(s, jnp.asarray(t), 0.2, k, 1.5, jnp.asarray(valid))
+  (got, parts), g = jax.jit(jax.value_and_grad(loss, has_aux=True))(jnp.asarray(scores, jnp.float32))
   np.testing.assert_allclose(float(got), np_score_triplet(scores, t, 0.2, k, 1.5, valid), rtol=1e-5)
   assert float(parts["i2s"]) + 1.5 * float(parts["s2i"]) == pytest.approx(float(got))
-  g = jax.grad(lambda s: losses.score_triplet_loss(s, jnp.asarray(t), 0.2, k, 1.5, jnp.asarray(valid))[0])(
-      jnp.asarray(scores, jnp.float32))
   np.testing.assert_allclose(g, _numeric_grad(lambda s: np_score_triplet(s, t, 0.2, k, 1.5, valid), scores),
                              atol=2e-5)
 
@@ -176,9 +174,10 @@ def test_hybrid_lookup_matches_a_hand_computed_reference():
                                    hem_dim=4, lstm_dim=5, output_dim=3)
   ids = np.array([[2, 4, 5, 1], [6 + 5, 6 + 3, 6 + 4, 6]], np.int32)
   mask = np.array([[1, 1, 1, 1], [1, 1, 1, 0]], np.int32)
-  params = hem_params = jax.tree.map(np.asarray, nn_unbox(tower.init(jax.random.PRNGKey(0), ids, mask)["params"]))
+  apply = jax.jit(tower.apply)  # Jitted: op by op, each of the tower's ~100 small ops compiles alone.
+  params = hem_params = jax.tree.map(np.asarray, nn_unbox(jax.jit(tower.init)(jax.random.PRNGKey(0), ids, mask)["params"]))
   params = jax.tree.map(lambda a: a + np.random.default_rng(1).normal(size=a.shape).astype(a.dtype), hem_params)
-  s, aux = tower.apply({"params": params}, ids, mask)
+  s, aux = apply({"params": params}, ids, mask)
   p = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
 
   def word(i):
@@ -195,7 +194,7 @@ def test_hybrid_lookup_matches_a_hand_computed_reference():
   assert s.shape == (2, 3)
   # Masked words leave the mean; the LSTM reads [MASK] in their place.
   word_mask = np.array([[False, True, False, False], [False, False, False, False]])
-  s_m, aux_m = tower.apply({"params": params}, ids, mask, word_mask=jnp.asarray(word_mask))
+  s_m, aux_m = apply({"params": params}, ids, mask, word_mask=jnp.asarray(word_mask))
   np.testing.assert_allclose(aux_m["mean"][0], want[0, [0, 2, 3]].mean(0), rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(aux_m["words"][0, 1], params["mask_embed"], rtol=1e-6)
   np.testing.assert_allclose(s_m[1], s[1], rtol=1e-6)  # Nothing masked in row 1.
