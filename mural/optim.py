@@ -78,8 +78,8 @@ def params_read_by(fn: Callable[..., Mapping[str, jax.Array]], params: Any, *arg
   equation whose result is needed needs all its inputs), except that
   stop_gradient cuts the path: what gets no gradient is not trained.
   """
-  jaxpr = jax.make_jaxpr(fn)(params, *args).jaxpr
-  out_tree = jax.tree.structure(jax.eval_shape(fn, params, *args))
+  closed, out_shapes = jax.make_jaxpr(fn, return_shape=True)(params, *args)  # One trace.
+  jaxpr, out_tree = closed.jaxpr, jax.tree.structure(out_shapes)
   outs = jax.tree.unflatten(out_tree, jaxpr.outvars)
   param_tree = jax.tree.structure(params)
   param_vars = jaxpr.invars[:param_tree.num_leaves]
