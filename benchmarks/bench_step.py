@@ -53,8 +53,7 @@ What it prints:
                  FLOPs: at the defaults 189.8 GFLOP, 172.6 with --no_dropout;
   GFLOP/s, MFU   XLA GFLOP / median step time, and its ratio to the peak: an f32
                  [4096, 4096] @ [4096, 4096] jnp.dot timed in this same run on
-                 CPU, one after each timed step (round robin: on a shared
-                 machine both see the same mix of load), median; or
+                 CPU, right after the timed steps (as many times), median; or
                  --peak_gflops (a datasheet figure) when given (use it on a GPU).
                  On a GPU both FLOP counts fall short: XLA leaves its cuDNN
                  convolutions (custom calls) out of the count, and the
@@ -66,8 +65,8 @@ What it prints:
                  once, as if nothing stayed in cache between ops) over the
                  step time, and its ratio to the machine's memory bandwidth:
                  a jitted `a + b` over two [2**25] f32 arrays (3 x 128 MiB
-                 moved; a STREAM "add") timed round robin with the steps as the
-                 matmul is, and the seconds those bytes alone take at that
+                 moved; a STREAM "add") timed after the steps as the matmul
+                 is, and the seconds those bytes alone take at that
                  bandwidth. Near 100%, the step is bound by the bytes its
                  elementwise passes move, and only moving fewer raises its MFU.
                  A loop body's bytes are counted once, as its FLOPs are;
@@ -480,7 +479,10 @@ def main(argv=None) -> None:
   lower_s, compile_s = t1 - t0, t2 - t1
   print(f"params: {n_params / 1e6:.2f} M; trace + lower {lower_s:.1f} s, compile {compile_s:.1f} s")
 
-  # ---- Timed steps, each followed by a timed matmul (the peak) and `a + b` (bandwidth).
+  # ---- Timed steps back to back, as training runs them; then as many timed matmuls (the
+  # peak) and `a + b` (bandwidth). Not round robin: a probe between two steps (0.4 GB of
+  # operands made and dropped) slowed the step after it by ~1.2 s of 2.6 (EPYC, at 478c6c8:
+  # median 3.80 s against 2.57 s back to back, the same run's matmul peak 129 and 131 GFLOP/s).
   probes = {"f32": matmul(jnp.float32), "stream": stream_add()}
   if args.dtype == "bfloat16":
     probes["bf16"] = matmul(jnp.bfloat16)
@@ -493,9 +495,10 @@ def main(argv=None) -> None:
     state, metrics = compiled(state, batch)
     jax.block_until_ready((state, metrics))
     times.append(time.perf_counter() - t0)
+  rss = peak_rss_bytes()  # The steps' peak, before the probes' operands.
+  for _ in range(args.steps):
     for k, timed in probes.items():
       probe_times[k].append(timed())
-  rss = peak_rss_bytes()
   # The analyses after the peak is read, so that their traces are not counted in it.
   xla_flops = xla_cost(compiled)
   # XLA's cost analysis cannot see into custom calls: with the C++ kernels ('native') the
@@ -532,7 +535,7 @@ def main(argv=None) -> None:
   mm_s = statistics.median(probe_times["f32"])
   mm_rate = 2.0 * MATMUL ** 3 / mm_s
   print(f"matmul f32 [{MATMUL}]^2: median {mm_s:.3f} s (min {min(probe_times['f32']):.3f}) = "
-        f"{mm_rate / 1e9:.1f} GFLOP/s (measured peak, one after each timed step)")
+        f"{mm_rate / 1e9:.1f} GFLOP/s (measured peak, right after the timed steps)")
   result_bf16 = {}
   if "bf16" in probe_times:
     brate = 2.0 * MATMUL ** 3 / statistics.median(probe_times["bf16"])
@@ -558,7 +561,7 @@ def main(argv=None) -> None:
   if xla_bytes:
     print(f"XLA bytes accessed/step: {xla_bytes / 1e9:.1f} GB; {bytes_rate / 1e9:.1f} GB/s = "
           f"{bytes_rate / bw:.0%} of the measured memory bandwidth ({bw / 1e9:.1f} GB/s, `a + b` over "
-          f"[{STREAM}] f32, one after each timed step); every byte at that bandwidth alone: "
+          f"[{STREAM}] f32, after the timed steps); every byte at that bandwidth alone: "
           f"{xla_bytes / bw:.2f} s/step")
 
   # ---- Input pipeline. ---------------------------------------------------------
