@@ -175,7 +175,8 @@ def test_hybrid_lookup_matches_a_hand_computed_reference():
   ids = np.array([[2, 4, 5, 1], [6 + 5, 6 + 3, 6 + 4, 6]], np.int32)
   mask = np.array([[1, 1, 1, 1], [1, 1, 1, 0]], np.int32)
   apply = jax.jit(tower.apply)  # Jitted: op by op, each of the tower's ~100 small ops compiles alone.
-  params = hem_params = jax.tree.map(np.asarray, nn_unbox(jax.jit(tower.init)(jax.random.PRNGKey(0), ids, mask)["params"]))
+  init = jax.jit(tower.init)
+  hem_params = jax.tree.map(np.asarray, nn_unbox(init(jax.random.PRNGKey(0), ids, mask)["params"]))
   params = jax.tree.map(lambda a: a + np.random.default_rng(1).normal(size=a.shape).astype(a.dtype), hem_params)
   s, aux = apply({"params": params}, ids, mask)
   p = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
