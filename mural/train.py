@@ -378,8 +378,8 @@ def build(config) -> Setup:
     return state_of(nn.unbox(system_lib.init_variables(model, tasks, config, params_rng)), state_rng)
 
   # ---- Shapes and shardings ---------------------------------------------------
-  # From the variables' shapes above: tracing init again would trace the model again (B7 +
-  # BERT-Large: ~6 CPU-s a trace).
+  # From the variables' shapes above: eval_shape(init) would trace the model again (with the
+  # single trace in params_read_by, build() on mural_large: 14.4 -> 12.2 CPU-s).
   abstract_state = jax.eval_shape(state_of, variables, rng0)
   rep = sharding.replicated(mesh)
   param_shardings = sharding.logical_shardings(boxed["params"], mesh, rules, config.shard_min_size)
