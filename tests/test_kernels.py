@@ -11,6 +11,7 @@ squeeze-excite parameters too. The build: its cache, and clear errors.
 """
 
 import functools
+from concurrent import futures
 
 import jax
 import jax.numpy as jnp
@@ -169,6 +170,21 @@ def test_build_caches_by_source_and_reports_compiler_errors(tmp_path):
   with pytest.raises(RuntimeError, match=r"broken\.cc.*failed:\n.*error"):
     kernels.build(broken, directory=tmp_path)
   assert not list(tmp_path.rglob("*.tmp")), "a failed build left its partial file"
+
+
+def test_builds_at_once_compile_once(tmp_path):
+  """Two builders at once (a launcher's processes; here threads, each with its own lock
+  descriptor): one compiles, the other waits for its library."""
+  source = tmp_path / "one.cc"
+  source.write_text('extern "C" int mural_one() { return 1; }\n')
+  calls = tmp_path / "calls.txt"
+  compiler = tmp_path / "slow-c++"  # Slow enough that both builders arrive while it runs.
+  compiler.write_text(f'#!/bin/sh\necho run >> "{calls}"\nsleep 1\nexec c++ "$@"\n')
+  compiler.chmod(0o755)
+  with futures.ThreadPoolExecutor(2) as pool:
+    built = list(pool.map(lambda _: kernels.build(source, tmp_path / "cache", str(compiler)), range(2)))
+  assert built[0] == built[1] and built[0].exists()
+  assert calls.read_text() == "run\n"
 
 
 def test_mismatched_shapes_are_a_clear_error():

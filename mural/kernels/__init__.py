@@ -19,7 +19,9 @@ MURAL_KERNEL_CACHE for the cache's folder (default ~/.cache/mural/kernels) and
 CXX for the compiler (default c++).
 """
 
+import contextlib
 import ctypes
+import fcntl
 import functools
 import hashlib
 import os
@@ -69,9 +71,10 @@ def build(source: pathlib.Path = SOURCE, directory: Optional[pathlib.Path] = Non
           compiler: Optional[str] = None) -> pathlib.Path:
   """Returns the shared library of `source`, compiling it unless the cache has it.
 
-  Raises RuntimeError with the compiler's message when it cannot be built. The
-  library is written under a temporary name and renamed, so processes that build
-  at once (pytest's workers) never load half a file.
+  Raises RuntimeError with the compiler's message when it cannot be built. Processes that
+  need it at once (a launcher's processes, pytest's workers) build it once: the first holds
+  a lock on the cache folder while it compiles, the others wait and load its library. It is
+  written under a temporary name and renamed, so no process ever loads half a file.
   """
   directory = directory or cache_dir()
   compiler = compiler or os.environ.get("CXX", "c++")
@@ -83,21 +86,35 @@ def build(source: pathlib.Path = SOURCE, directory: Optional[pathlib.Path] = Non
   if library.exists():
     return library
   directory.mkdir(parents=True, exist_ok=True)
-  with tempfile.NamedTemporaryFile(dir=directory, suffix=".so.tmp", delete=False) as tmp:
-    partial = pathlib.Path(tmp.name)
-  logging.info("Compiling %s into %s (once per machine and source).", source.name, library)
-  try:
-    command = [compiler, *FLAGS, f"-I{include}", str(source), "-o", str(partial)]
+  with _locked(directory):
+    if library.exists():  # Built by the process that held the lock.
+      return library
+    with tempfile.NamedTemporaryFile(dir=directory, suffix=".so.tmp", delete=False) as tmp:
+      partial = pathlib.Path(tmp.name)
+    logging.info("Compiling %s into %s (once per machine and source).", source.name, library)
     try:
-      done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    except (OSError, subprocess.TimeoutExpired) as e:
-      raise RuntimeError(f"cannot run the C++ compiler {compiler!r}: {e}") from e
-    if done.returncode:
-      raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
-    os.replace(partial, library)
-  finally:
-    partial.unlink(missing_ok=True)
+      command = [compiler, *FLAGS, f"-I{include}", str(source), "-o", str(partial)]
+      try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+      except (OSError, subprocess.TimeoutExpired) as e:
+        raise RuntimeError(f"cannot run the C++ compiler {compiler!r}: {e}") from e
+      if done.returncode:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
+      os.replace(partial, library)
+    finally:
+      partial.unlink(missing_ok=True)
   return library
+
+
+@contextlib.contextmanager
+def _locked(directory: pathlib.Path):
+  """An exclusive lock on `directory` (flock: released when the process ends, however)."""
+  fd = os.open(directory, os.O_RDONLY)
+  try:
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    yield
+  finally:
+    os.close(fd)
 
 
 @functools.cache
