@@ -273,26 +273,36 @@ def flickr8k_dir() -> str:
 
 # ---- Scheduling under pytest-xdist (`make test`: -n 2 --dist loadfile --no-loadscope-reorder) ----
 # Each file runs whole on one worker (its module fixtures are built once), in
-# the order below: the long end-to-end files first, so the two workers stay
-# busy to the end; in a file, its longest test first. test_multihost's two
-# processes (8 devices) keep one worker's share of the cores while the other
-# compiles test_train's program; test_checkpointing, the multihost reference
-# and most of test_train then read that program from the persistent cache.
-# (Not --dist loadgroup: with pytest 9 its xdist_group marks do not group.)
+# the order below, longest first (each file's CPU seconds in a cold run), so the
+# two workers stay busy to the end; in a file, its longest test first. The two
+# end-to-end files start together: test_multihost's two processes (8 devices)
+# keep one worker's share of the cores while the other compiles test_train's
+# program, which test_checkpointing and the multihost reference read later from
+# the persistent cache. (Not --dist loadgroup: with pytest 9 its xdist_group
+# marks do not group.)
 HEAVY_FIRST = (
     "test_train.py",
     "test_multihost.py::test_two_processes_match_one_process",
     "test_multihost.py",
-    "test_checkpointing.py",
+    "test_models.py",
     "test_export.py",
-    "test_mule.py",
-    "test_smalr.py",
+    "test_pipeline.py",
     "test_kadar.py",
     "test_globetrotter.py",
+    "test_checkpointing.py",
+    "test_smalr.py",
+    "test_efficientnet_impl.py",
+    "test_mule.py",
+    "test_tokenizer.py",
+    "test_kernels.py",
+    "test_describe.py",
     "test_system.py::test_toy_system_trains_through_the_public_trainer",
     "test_system.py",
-    "test_efficientnet_impl.py",
     "test_plan.py",
+    "test_sources.py",
+    "test_ring_loss.py",
+    "test_convert.py",
+    "test_flickr8k.py",
 )
 
 
