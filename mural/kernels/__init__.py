@@ -108,10 +108,14 @@ def build(source: pathlib.Path = SOURCE, directory: Optional[pathlib.Path] = Non
 
 @contextlib.contextmanager
 def _locked(directory: pathlib.Path):
-  """An exclusive lock on `directory` (flock: released when the process ends, however)."""
+  """An exclusive lock on `directory` (flock: released when the process ends, however). Where
+  the file system has no locks (some network ones), each process builds its own copy."""
   fd = os.open(directory, os.O_RDONLY)
   try:
-    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError as e:
+      logging.info("No lock on %s (%s): building without it.", directory, e)
     yield
   finally:
     os.close(fd)
