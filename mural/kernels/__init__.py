@@ -21,7 +21,6 @@ CXX for the compiler (default c++).
 
 import contextlib
 import ctypes
-import fcntl
 import functools
 import hashlib
 import os
@@ -109,7 +108,13 @@ def build(source: pathlib.Path = SOURCE, directory: Optional[pathlib.Path] = Non
 @contextlib.contextmanager
 def _locked(directory: pathlib.Path):
   """An exclusive lock on `directory` (flock: released when the process ends, however). Where
-  the file system has no locks (some network ones), each process builds its own copy."""
+  there are no locks (a network file system without them; no fcntl, as on Windows), each
+  process builds its own copy."""
+  try:
+    import fcntl  # pylint: disable=g-import-not-at-top  (POSIX only; efficientnet imports this module)
+  except ImportError:
+    yield
+    return
   fd = os.open(directory, os.O_RDONLY)
   try:
     try:
