@@ -97,3 +97,15 @@ def test_bert_attention_drops_each_probability_of_each_example_and_head():
   assert not np.allclose(got[0], got[1])
   plain = bert.attention(*map(jnp.asarray, (q, k, v)), dropout_rng=key, dropout_rate=0.5)
   np.testing.assert_allclose(plain, np.einsum("bhqk,bkhd->bqhd", probs, v), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(), (7,), (3, 5, 4), (128, 4, 32, 16)])
+def test_threefry_bits_are_jax_random_bits_bit_for_bit(shape):
+  for key in (jax.random.PRNGKey(11), jax.random.key(2 ** 31 + 5), jax.random.fold_in(jax.random.key(3), 9)):
+    want = jax.random.bits(key, shape, jnp.uint32)
+    np.testing.assert_array_equal(np.asarray(dropout.threefry_bits(key, shape)), np.asarray(want))
+    np.testing.assert_array_equal(np.asarray(jax.jit(dropout.threefry_bits, static_argnums=1)(key, shape)),
+                                  np.asarray(want))
+  rbg = jax.random.key(4, impl="rbg")  # Another implementation: jax's own draws.
+  np.testing.assert_array_equal(np.asarray(dropout.threefry_bits(rbg, shape)),
+                                np.asarray(jax.random.bits(rbg, shape, jnp.uint32)))
