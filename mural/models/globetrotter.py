@@ -28,7 +28,7 @@ class MlmHead(nn.Module):
   def __call__(self, sequence, token_table):
     kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
     x = bert._dense(sequence.shape[-1], "embed", "mlp", "transform", **kw)(sequence)  # pylint: disable=protected-access
-    x = bert._layer_norm("transform_norm", **kw)(bert.gelu(x))  # pylint: disable=protected-access
+    x = bert._layer_norm("transform_norm", **kw)(nn.gelu(x, approximate=False))  # pylint: disable=protected-access
     bias = self.param("output_bias", nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
                       (self.vocab_size,), self.param_dtype)
     logits = jnp.einsum("ble,ve->blv", x, token_table.astype(x.dtype))
