@@ -313,35 +313,24 @@ void ScatterRow(const Geometry& g, int64_t oh, const float* s, float* ds, const 
   });
 }
 
-// The small matmuls below keep 8 rows' sums of 2 registers each with AVX-512 (16 of its
-// 32 registers): each register of w or b they load then feeds 8 FMAs, each of x or a's
-// broadcast floats 2. Without AVX-512 one register (16 sums would not fit in AVX2's 16).
-constexpr int64_t kMatmulRegs = kVecLanes == 16 ? 2 : 1;
-
-// y[p, l] = sum_i x[p, i] * w[i, l] for q pixels and m registers of n channels: x [q, k]
-// (rows of k), w and y rows of c. The q * m sums stay in registers over the k inputs (written with GCC's
+// y[p, l] = sum_i x[p, i] * w[i, l] for q pixels and n channels: x [q, k] (rows of k),
+// w and y rows of c. The q sums stay in registers over the k inputs (written with GCC's
 // vectors: it did not keep plain loops' sums in registers, about 20 GFLOP/s).
-template <int64_t q, int64_t n, int64_t m>
+template <int64_t q, int64_t n>
 inline void ExpandChunk(int64_t k, int64_t c, const float* __restrict x,
                         const float* __restrict w, float* __restrict y) {
-  Vec<n> acc[q][m] = {};
+  Vec<n> acc[q] = {};
   for (int64_t i = 0; i < k; ++i) {
-    Vec<n> wv[m];
-    for (int64_t r = 0; r < m; ++r) wv[r] = Load<n>(w + i * c + r * n);
-    for (int64_t p = 0; p < q; ++p) {
-      for (int64_t r = 0; r < m; ++r) acc[p][r] += x[p * k + i] * wv[r];
-    }
+    const Vec<n> wv = Load<n>(w + i * c);
+    for (int64_t p = 0; p < q; ++p) acc[p] += x[p * k + i] * wv;
   }
-  for (int64_t p = 0; p < q; ++p) {
-    for (int64_t r = 0; r < m; ++r) Store<n>(y + p * c + r * n, acc[p][r]);
-  }
+  for (int64_t p = 0; p < q; ++p) Store<n>(y + p * c, acc[p]);
 }
 
 template <int64_t q>
 void ExpandPixels(int64_t k, int64_t c, const float* x, const float* w, float* y) {
-  ForChunks<kMatmulRegs>(c, [&](int64_t c0, auto lanes) {
-    using L = decltype(lanes);
-    ExpandChunk<q, L::kN, L::kM>(k, c, x, w + c0, y + c0);
+  ForChunks<1>(c, [&](int64_t c0, auto lanes) {
+    ExpandChunk<q, decltype(lanes)::kN>(k, c, x, w + c0, y + c0);
   });
 }
 
@@ -353,32 +342,24 @@ void Expand(int64_t pixels, int64_t k, int64_t c, const float* x, const float* w
   for (; p < pixels; ++p) ExpandPixels<1>(k, c, x + p * k, w, y + p * c);
 }
 
-// out[i, l] += sum_p a[p, i] * b[p, l] for rows i < t of out and m registers of n
-// channels: a [pixels, k], b and out rows of c. The t * m sums stay in registers over the pixels.
-template <int64_t t, int64_t n, int64_t m>
+// out[i, l] += sum_p a[p, i] * b[p, l] for rows i < t of out and n channels: a [pixels,
+// k], b and out rows of c. The t sums stay in registers over the pixels.
+template <int64_t t, int64_t n>
 inline void OuterChunk(int64_t pixels, int64_t k, int64_t c, const float* __restrict a,
                        const float* __restrict b, float* __restrict out) {
-  Vec<n> acc[t][m];
-  for (int64_t r = 0; r < t; ++r) {
-    for (int64_t j = 0; j < m; ++j) acc[r][j] = Load<n>(out + r * c + j * n);
-  }
+  Vec<n> acc[t];
+  for (int64_t r = 0; r < t; ++r) acc[r] = Load<n>(out + r * c);
   for (int64_t p = 0; p < pixels; ++p) {
-    Vec<n> bv[m];
-    for (int64_t j = 0; j < m; ++j) bv[j] = Load<n>(b + p * c + j * n);
-    for (int64_t r = 0; r < t; ++r) {
-      for (int64_t j = 0; j < m; ++j) acc[r][j] += a[p * k + r] * bv[j];
-    }
+    const Vec<n> bv = Load<n>(b + p * c);
+    for (int64_t r = 0; r < t; ++r) acc[r] += a[p * k + r] * bv;
   }
-  for (int64_t r = 0; r < t; ++r) {
-    for (int64_t j = 0; j < m; ++j) Store<n>(out + r * c + j * n, acc[r][j]);
-  }
+  for (int64_t r = 0; r < t; ++r) Store<n>(out + r * c, acc[r]);
 }
 
 template <int64_t t>
 void OuterRows(int64_t pixels, int64_t k, int64_t c, const float* a, const float* b, float* out) {
-  ForChunks<kMatmulRegs>(c, [&](int64_t c0, auto lanes) {
-    using L = decltype(lanes);
-    OuterChunk<t, L::kN, L::kM>(pixels, k, c, a, b + c0, out + c0);
+  ForChunks<1>(c, [&](int64_t c0, auto lanes) {
+    OuterChunk<t, decltype(lanes)::kN>(pixels, k, c, a, b + c0, out + c0);
   });
 }
 
