@@ -44,7 +44,7 @@ def _reference(x, scale, bias, kernel, stride):
 @pytest.mark.parametrize("shape,k,stride", [
     ((2, 8, 8, 20), 3, 1), ((2, 7, 9, 20), 3, 2), ((3, 9, 6, 24), 5, 2), ((2, 5, 7, 16), 5, 1),
     ((4, 1, 1, 32), 3, 1), ((2, 2, 3, 8), 5, 2),
-    ((2, 6, 5, 91), 3, 2),  # Chunks of 4 registers (64 or 32 channels), of 1, of 8 lanes (AVX-512), and of 1 channel.
+    ((2, 6, 5, 91), 3, 2),  # Chunks of 4 registers, of 1, of 8 lanes (AVX-512), of 1 channel.
     ((2 * kernels.BATCH_PARTS + 6, 3, 4, 16), 3, 1)])  # 2-3 images per part of the batch.
 def test_native_norm_act_depthwise_conv_is_the_composition(shape, k, stride):
   rng = np.random.default_rng(sum(shape) + k + stride)
