@@ -39,7 +39,8 @@ SOURCE = pathlib.Path(__file__).with_name("norm_act_depthwise.cc")
 FLAGS = ("-O3", "-march=native", "-fno-trapping-math", "-fno-math-errno", "-std=c++17",
          "-shared", "-fPIC")
 # The backward's tasks: parts of the batch, each summing its kernel gradient over its
-# images (a fixed number, so the sums do not depend on the machine's threads).
+# images, added up in order by the kernel (a fixed number, so the sums do not depend on
+# the machine's threads).
 BATCH_PARTS = 32
 TARGETS = {"mural_norm_act_depthwise_fwd": "MuralNormActDepthwiseForward",
            "mural_norm_act_depthwise_bwd": "MuralNormActDepthwiseBackward",
@@ -176,20 +177,19 @@ def norm_act_depthwise_backward(x, mean, inv, scale, bias, kernel, grad, stride:
 
   dz [B, H, W, C] is the gradient at z = (x - mean) * (inv * scale) + bias, the
   norm's output before swish; xhat = (x - mean) * inv. The kernel returns the kernel
-  gradient and the sums of each of BATCH_PARTS parts of the batch (one task each), and
-  they are summed over the parts here.
+  gradient and the sums over BATCH_PARTS parts of the batch (one task each), added up
+  in order.
   """
   _check()
   b, _, _, c = x.shape
   k = kernel.shape[0]
-  parts = min(b, BATCH_PARTS)
   shapes = (jax.ShapeDtypeStruct(x.shape, jnp.float32),
-            jax.ShapeDtypeStruct((parts, k * k, c), jnp.float32),
-            jax.ShapeDtypeStruct((parts, 2, c), jnp.float32))
+            jax.ShapeDtypeStruct((k * k, c), jnp.float32),
+            jax.ShapeDtypeStruct((2, c), jnp.float32))
   call = jax.ffi.ffi_call("mural_norm_act_depthwise_bwd", shapes, vmap_method="sequential")
-  dz, dkernel, sums = call(x, mean, inv, scale, bias, kernel, grad, stride=stride)
-  sums = jnp.sum(sums, axis=0)
-  return dz, jnp.sum(dkernel, axis=0).reshape(kernel.shape), sums[0], sums[1]
+  dz, dkernel, sums = call(x, mean, inv, scale, bias, kernel, grad, stride=stride,
+                           parts=min(b, BATCH_PARTS))
+  return dz, dkernel.reshape(kernel.shape), sums[0], sums[1]
 
 
 def expand_norm_act_depthwise_backward(x, w, mean, inv, scale, bias, kernel, grad, stride: int):
@@ -201,16 +201,14 @@ def expand_norm_act_depthwise_backward(x, w, mean, inv, scale, bias, kernel, gra
   _check()
   b, k_in = x.shape[0], x.shape[-1]
   k, c = kernel.shape[0], kernel.shape[-1]
-  parts = min(b, BATCH_PARTS)
   shapes = (jax.ShapeDtypeStruct(x.shape, jnp.float32),
-            jax.ShapeDtypeStruct((parts, k_in, c), jnp.float32),
-            jax.ShapeDtypeStruct((parts, k * k, c), jnp.float32),
-            jax.ShapeDtypeStruct((parts, 2, c), jnp.float32))
+            jax.ShapeDtypeStruct((k_in, c), jnp.float32),
+            jax.ShapeDtypeStruct((k * k, c), jnp.float32),
+            jax.ShapeDtypeStruct((2, c), jnp.float32))
   call = jax.ffi.ffi_call("mural_expand_norm_act_depthwise_bwd", shapes, vmap_method="sequential")
-  dx_a, xdz, dkernel, sums = call(x, w, mean, inv, scale, bias, kernel, grad, stride=stride)
-  sums = jnp.sum(sums, axis=0)
-  return (dx_a, jnp.sum(xdz, axis=0), jnp.sum(dkernel, axis=0).reshape(kernel.shape), sums[0],
-          sums[1])
+  dx_a, xdz, dkernel, sums = call(x, w, mean, inv, scale, bias, kernel, grad, stride=stride,
+                                  parts=min(b, BATCH_PARTS))
+  return dx_a, xdz, dkernel.reshape(kernel.shape), sums[0], sums[1]
 
 
 def _call(target, shape, *args):
