@@ -53,14 +53,26 @@ def test_native_norm_act_depthwise_conv_is_the_composition(shape, k, stride):
           rng.normal(size=(k, k, 1, c))]
   ct = rng.normal(size=(shape[0], -(-shape[1] // stride), -(-shape[2] // stride), c))
   want = _vjp64(functools.partial(_reference, stride=stride), args, ct)
-  op = jax.jit(lambda *a: jax.vjp(functools.partial(
-      efficientnet.native_norm_act_depthwise_conv, epsilon=1e-3, stride=stride), *a))
-  got, pull = op(*(jnp.asarray(a, jnp.float32) for a in args))
-  got = [got, *pull(jnp.asarray(ct, jnp.float32))]
-  for name, g, w in zip(("y", "dx", "d_scale", "d_bias", "d_kernel"), got, want):
+  op = jax.jit(lambda *a: jax.vjp(_with_stats_as_aux(functools.partial(
+      efficientnet.native_norm_act_depthwise_conv, epsilon=1e-3, stride=stride)), *a, has_aux=True))
+  got, pull, got_stats = op(*(jnp.asarray(a, jnp.float32) for a in args))
+  got = [got, *pull(jnp.asarray(ct, jnp.float32)), *got_stats]
+  y = np.asarray(want[0], np.float64)
+  want = [*want, y.mean((0, 1, 2)), y.var((0, 1, 2))]  # The output's statistics.
+  for name, g, w in zip(("y", "dx", "d_scale", "d_bias", "d_kernel", "mean", "var"), got, want):
     g, w = np.asarray(g, np.float64), np.asarray(w)
     assert g.shape == w.shape and g.dtype == np.float64, name
     np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * np.abs(w).max(), err_msg=name)
+
+
+def _with_stats_as_aux(op):
+  """op returning a WithStats -> returning (y, (mean, var)), for jax.vjp(has_aux=True)."""
+
+  def f(*args):
+    out = op(*args)
+    return out.y, (out.mean, out.var)
+
+  return f
 
 
 def _expand_reference(x, w, scale, bias, kernel, stride):
@@ -89,13 +101,17 @@ def test_native_expand_norm_act_depthwise_is_the_composition(shape, features, k,
   want = _vjp64(functools.partial(_expand_reference, stride=stride), args, ct)
   y = np.einsum("bhwk,kn->bhwn", args[0], args[1][0, 0])
   want_stats = [y.mean((0, 1, 2)), y.var((0, 1, 2))]
-  op = jax.jit(lambda *a: jax.vjp(functools.partial(
-      efficientnet.native_expand_norm_act_depthwise, epsilon=1e-3, stride=stride), *a))
-  got, pull = op(*(jnp.asarray(a, jnp.float32) for a in args))
-  got = [got, *pull(jnp.asarray(ct, jnp.float32))]
+  op = jax.jit(lambda *a: jax.vjp(_with_stats_as_aux(functools.partial(
+      efficientnet.native_expand_norm_act_depthwise, epsilon=1e-3, stride=stride)), *a,
+                                  has_aux=True))
+  got, pull, got_out_stats = op(*(jnp.asarray(a, jnp.float32) for a in args))
+  got = [got, *pull(jnp.asarray(ct, jnp.float32)), *got_out_stats]
+  out = np.asarray(want[0], np.float64)
+  want_out_stats = [out.mean((0, 1, 2)), out.var((0, 1, 2))]  # The output's statistics.
   got_stats = efficientnet.pointwise_batch_stats(*(jnp.asarray(a, jnp.float32) for a in args[:2]))
-  for name, g, w in zip(("y", "dx", "dw", "d_scale", "d_bias", "d_kernel", "mean", "var"),
-                        got + list(got_stats[:2]), want + want_stats):
+  for name, g, w in zip(("y", "dx", "dw", "d_scale", "d_bias", "d_kernel", "y_mean", "y_var",
+                         "mean", "var"),
+                        got + list(got_stats[:2]), want + want_out_stats + want_stats):
     g, w = np.asarray(g, np.float64), np.asarray(w)
     assert g.shape == w.shape, name
     np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * np.abs(w).max(), err_msg=name)
@@ -136,7 +152,8 @@ def test_native_op_propagates_nan():
   c = jnp.ones(16)
   y = efficientnet.native_norm_act_depthwise_conv(jnp.asarray(x), c, c, jnp.ones((3, 3, 1, 16)),
                                                   1e-3, 1)
-  assert np.isnan(np.asarray(y)[..., 5]).all() and np.isfinite(np.asarray(y)[..., 4]).all()
+  for a in (y.y, y.mean, y.var):
+    assert np.isnan(np.asarray(a)[..., 5]).all() and np.isfinite(np.asarray(a)[..., 4]).all()
   # Through the squeeze-excite: channel 5's batch statistics reach every image's pool,
   # and the squeeze's matmul every gate.
   w = jnp.ones((1, 1, 16, 16))
@@ -198,4 +215,5 @@ def test_mismatched_shapes_are_a_clear_error():
     forward(x, jnp.ones(7), vec, vec, vec, kernel, 1, w).block_until_ready()
   with pytest.raises(Exception, match=r"kernel \[K, K, C\]"):
     forward(x, vec, vec, vec, vec, jnp.ones((3, 3, 7)), 1, w).block_until_ready()
-  assert forward(x, vec, vec, vec, vec, kernel, 1, w).shape == (2, 4, 4, 8)
+  y, moments = forward(x, vec, vec, vec, vec, kernel, 1, w)
+  assert y.shape == (2, 4, 4, 8) and moments.shape == (2, 8)

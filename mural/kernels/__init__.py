@@ -38,9 +38,9 @@ SOURCE = pathlib.Path(__file__).with_name("norm_act_depthwise.cc")
 # -fno-trapping-math: GCC vectorises the float -> int conversion of the exp only then.
 FLAGS = ("-O3", "-march=native", "-fno-trapping-math", "-fno-math-errno", "-std=c++17",
          "-shared", "-fPIC")
-# The backward's tasks: parts of the batch, each summing its kernel gradient over its
-# images, added up in order by the kernel (a fixed number, so the sums do not depend on
-# the machine's threads).
+# The depthwise ops' tasks: parts of the batch, each summing its moments or kernel
+# gradient over its images, added up in order by the kernel (a fixed number, so the sums
+# do not depend on the machine's threads).
 BATCH_PARTS = 32
 TARGETS = {"mural_norm_act_depthwise_fwd": "MuralNormActDepthwiseForward",
            "mural_norm_act_depthwise_bwd": "MuralNormActDepthwiseBackward",
@@ -155,7 +155,9 @@ def _check():
 
 
 def norm_act_depthwise_forward(x, mean, inv, scale, bias, kernel, stride: int, w=None):
-  """depthwise_conv(swish((x - mean) * (inv * scale) + bias), kernel, stride), SAME.
+  """(y, moments): y = depthwise_conv(swish((x - mean) * (inv * scale) + bias), kernel,
+  stride), SAME, and moments [2, C] its sums over the batch of y and of y * y (for the
+  norm after it: XLA's own two passes over y cost as much as the op).
 
   x [B, H, W, C] float32; mean, inv, scale, bias [C]; kernel [K, K, C]. With w [K, C],
   x is [B, H, W, K] and the norm's input is x @ w (the block's expand conv), which the
@@ -164,12 +166,14 @@ def norm_act_depthwise_forward(x, mean, inv, scale, bias, kernel, stride: int, w
   _check()
   b, h, width = x.shape[:3]
   c = kernel.shape[-1]
-  out = jax.ShapeDtypeStruct((b, -(-h // stride), -(-width // stride), c), jnp.float32)
+  out = (jax.ShapeDtypeStruct((b, -(-h // stride), -(-width // stride), c), jnp.float32),
+         jax.ShapeDtypeStruct((2, c), jnp.float32))
+  parts = min(b, BATCH_PARTS)
   if w is None:
     call = jax.ffi.ffi_call("mural_norm_act_depthwise_fwd", out, vmap_method="sequential")
-    return call(x, mean, inv, scale, bias, kernel, stride=stride)
+    return call(x, mean, inv, scale, bias, kernel, stride=stride, parts=parts)
   call = jax.ffi.ffi_call("mural_expand_norm_act_depthwise_fwd", out, vmap_method="sequential")
-  return call(x, w, mean, inv, scale, bias, kernel, stride=stride)
+  return call(x, w, mean, inv, scale, bias, kernel, stride=stride, parts=parts)
 
 
 def norm_act_depthwise_backward(x, mean, inv, scale, bias, kernel, grad, stride: int):

@@ -400,31 +400,6 @@ ffi::Error CheckNorm(const Geometry& g, ffi::Buffer<ffi::F32>& mean, ffi::Buffer
   return ffi::Error::Success();
 }
 
-ffi::Error Forward(ffi::ThreadPool& pool, const Geometry& g, const Source& src,
-                   ffi::Buffer<ffi::F32>& mean, ffi::Buffer<ffi::F32>& inv,
-                   ffi::Buffer<ffi::F32>& scale, ffi::Buffer<ffi::F32>& bias,
-                   ffi::Buffer<ffi::F32>& kernel, ffi::ResultBuffer<ffi::F32>& y) {
-  if (auto e = CheckNorm(g, mean, inv, scale, bias); e.failure()) return e;
-  const std::vector<float> a = NormScale(inv.typed_data(), scale.typed_data(), g.c);
-  const float* ks = kernel.typed_data();
-  const float *mu = mean.typed_data(), *beta = bias.typed_data();
-  float* ys = y->typed_data();
-  ParallelFor(pool, g.b, [&](int64_t b) {
-    thread_local std::vector<float> buffer, input;
-    const int64_t c = g.c, row = g.pad_w * c;
-    const float* xb = src.Image(g, b, input);
-    float* s = Scratch(buffer, g.pad_h * row);
-    Activation(g, xb, mu, a.data(), beta, s);
-    for (int64_t oh = 0; oh < g.out_h; ++oh) {
-      for (int64_t ow = 0; ow < g.out_w; ++ow) {
-        ConvPixel(g, s + (oh * g.stride * g.pad_w + ow * g.stride) * c, ks,
-                  ys + ((b * g.out_h + oh) * g.out_w + ow) * c);
-      }
-    }
-  });
-  return ffi::Error::Success();
-}
-
 // out[j] = sum over t < parts of partials[t * stride + j] for j < n, the parts added in
 // order whatever the threads (blocks of j spread over the pool).
 void SumParts(ffi::ThreadPool& pool, int64_t parts, int64_t n, int64_t stride,
@@ -439,6 +414,60 @@ void SumParts(ffi::ThreadPool& pool, int64_t parts, int64_t n, int64_t stride,
       for (int64_t j = lo; j < hi; ++j) o[j] += p[j];
     }
   });
+}
+
+// sums[0, c) += the sums over pixels of v [pixels, c], sums[c, 2c) of v * v.
+void AddMoments(int64_t pixels, int64_t c, const float* __restrict v, float* __restrict sums) {
+  ForChunks<1>(c, [&](int64_t i, auto lanes) {
+    constexpr int64_t n = decltype(lanes)::kN;
+    Vec<n> sum = {}, squares = {};
+    for (int64_t p = 0; p < pixels; ++p) {
+      const Vec<n> x = Load<n>(v + p * c + i);
+      sum += x;
+      squares += x * x;
+    }
+    Store<n>(sums + i, Load<n>(sums + i) + sum);
+    Store<n>(sums + c + i, Load<n>(sums + c + i) + squares);
+  });
+}
+
+// y, and y's moments [2, C] for the norm after the conv: the sums over the batch of y and
+// of y * y (XLA's two reductions over y took as long as the rest of a block's forward
+// op on B0's first blocks). The batch is cut into `parts` as in Backward below: the sums
+// are taken over each output row, then over the part's images, then over the parts.
+ffi::Error Forward(ffi::ThreadPool& pool, const Geometry& g, const Source& src,
+                   ffi::Buffer<ffi::F32>& mean, ffi::Buffer<ffi::F32>& inv,
+                   ffi::Buffer<ffi::F32>& scale, ffi::Buffer<ffi::F32>& bias,
+                   ffi::Buffer<ffi::F32>& kernel, ffi::ResultBuffer<ffi::F32>& y,
+                   ffi::ResultBuffer<ffi::F32>& moments, int64_t parts) {
+  if (auto e = CheckNorm(g, mean, inv, scale, bias); e.failure()) return e;
+  if (parts < 1 || parts > g.b || moments->element_count() != 2 * g.c) {
+    return ffi::Error::InvalidArgument(
+        "norm_act_depthwise: want 1 <= parts <= B and moments [2, C]");
+  }
+  const std::vector<float> a = NormScale(inv.typed_data(), scale.typed_data(), g.c);
+  const float* ks = kernel.typed_data();
+  const float *mu = mean.typed_data(), *beta = bias.typed_data();
+  float* ys = y->typed_data();
+  std::vector<float> partials(parts * 2 * g.c);  // Each part's moments.
+  ParallelFor(pool, parts, [&](int64_t part) {
+    thread_local std::vector<float> buffer, input;
+    const int64_t c = g.c, row = g.pad_w * c;
+    for (int64_t b = part * g.b / parts; b < (part + 1) * g.b / parts; ++b) {
+      const float* xb = src.Image(g, b, input);
+      float* s = Scratch(buffer, g.pad_h * row);
+      Activation(g, xb, mu, a.data(), beta, s);
+      for (int64_t oh = 0; oh < g.out_h; ++oh) {
+        float* out_row = ys + (b * g.out_h + oh) * g.out_w * c;
+        for (int64_t ow = 0; ow < g.out_w; ++ow) {
+          ConvPixel(g, s + (oh * g.stride * g.pad_w + ow * g.stride) * c, ks, out_row + ow * c);
+        }
+        AddMoments(g.out_w, c, out_row, partials.data() + part * 2 * c);
+      }
+    }
+  });
+  SumParts(pool, parts, 2 * g.c, 2 * g.c, partials.data(), moments->typed_data());
+  return ffi::Error::Success();
 }
 
 // Given g = dL/dy: dz = dL/dz for z = (x - mean) * a + bias (the norm's output before
@@ -541,10 +570,12 @@ ffi::Error NormActDepthwiseForward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x
                                    ffi::Buffer<ffi::F32> mean, ffi::Buffer<ffi::F32> inv,
                                    ffi::Buffer<ffi::F32> scale, ffi::Buffer<ffi::F32> bias,
                                    ffi::Buffer<ffi::F32> kernel, ffi::ResultBuffer<ffi::F32> y,
-                                   int64_t stride) {
+                                   ffi::ResultBuffer<ffi::F32> moments, int64_t stride,
+                                   int64_t parts) {
   Geometry g;
   if (auto e = MakeGeometry(x, kernel, stride, &g); e.failure()) return e;
-  return Forward(pool, g, Source{x.typed_data()}, mean, inv, scale, bias, kernel, y);
+  return Forward(pool, g, Source{x.typed_data()}, mean, inv, scale, bias, kernel, y, moments,
+                 parts);
 }
 
 ffi::Error NormActDepthwiseBackward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
@@ -580,11 +611,13 @@ ffi::Error ExpandNormActDepthwiseForward(ffi::ThreadPool pool, ffi::Buffer<ffi::
                                          ffi::Buffer<ffi::F32> inv, ffi::Buffer<ffi::F32> scale,
                                          ffi::Buffer<ffi::F32> bias,
                                          ffi::Buffer<ffi::F32> kernel,
-                                         ffi::ResultBuffer<ffi::F32> y, int64_t stride) {
+                                         ffi::ResultBuffer<ffi::F32> y,
+                                         ffi::ResultBuffer<ffi::F32> moments, int64_t stride,
+                                         int64_t parts) {
   Geometry g;
   Source src{nullptr};
   if (auto e = ExpandGeometry(x, w, kernel, stride, &g, &src); e.failure()) return e;
-  return Forward(pool, g, src, mean, inv, scale, bias, kernel, y);
+  return Forward(pool, g, src, mean, inv, scale, bias, kernel, y, moments, parts);
 }
 
 ffi::Error ExpandNormActDepthwiseBackward(
@@ -828,7 +861,9 @@ auto ExpandNormActDepthwiseArgs() {
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MuralNormActDepthwiseForward, NormActDepthwiseForward,
                               NormActDepthwiseArgs()
                                   .Ret<ffi::Buffer<ffi::F32>>()  // y
-                                  .Attr<int64_t>("stride"));
+                                  .Ret<ffi::Buffer<ffi::F32>>()  // moments [2, C]
+                                  .Attr<int64_t>("stride")
+                                  .Attr<int64_t>("parts"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MuralNormActDepthwiseBackward, NormActDepthwiseBackward,
                               NormActDepthwiseArgs()
@@ -842,7 +877,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MuralNormActDepthwiseBackward, NormActDepthwiseBac
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MuralExpandNormActDepthwiseForward, ExpandNormActDepthwiseForward,
                               ExpandNormActDepthwiseArgs()
                                   .Ret<ffi::Buffer<ffi::F32>>()  // y
-                                  .Attr<int64_t>("stride"));
+                                  .Ret<ffi::Buffer<ffi::F32>>()  // moments [2, C]
+                                  .Attr<int64_t>("stride")
+                                  .Attr<int64_t>("parts"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MuralExpandNormActDepthwiseBackward, ExpandNormActDepthwiseBackward,
                               ExpandNormActDepthwiseArgs()

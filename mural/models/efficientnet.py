@@ -318,14 +318,14 @@ depthwise_conv.defvjp(_depthwise_fwd, _depthwise_bwd)
 class NormAct(NamedTuple):
   """A training batch norm + swish of x, not yet computed, that the depthwise conv after it
   applies in its own op (FusedBatchNorm(defer=True), Conv, norm_act_depthwise_conv)."""
-  x: Any  # The norm's input [B, H, W, C], or a Pointwise that computes it.
+  x: Any  # The norm's input [B, H, W, C], or a Pointwise that computes it, or a WithStats.
   scale: jax.Array
   bias: jax.Array
   epsilon: float
   dtype: Any  # Of the activation.
 
   def materialize(self):
-    x = self.x.materialize() if isinstance(self.x, Pointwise) else self.x
+    x = self.x.materialize() if isinstance(self.x, (Pointwise, WithStats)) else self.x
     return batch_norm_act(x, self.scale, self.bias, self.epsilon, True, self.dtype)[0]
 
 
@@ -371,22 +371,59 @@ def _native_applies(*arrays) -> bool:
   return one_device and all(a.dtype == jnp.float32 for a in arrays)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
-def native_norm_act_depthwise_conv(x, scale, bias, kernel, epsilon: float, stride: int):
+class WithStats(NamedTuple):
+  """A native depthwise conv's output y with its batch statistics (_batch_stats's mean
+  and variance, without gradient), which the op summed as it wrote y: the norm after
+  the conv takes them instead of two more passes over y (FusedBatchNorm,
+  native_norm_act_squeeze_excite, whose backward carries the statistics' gradient)."""
+  y: jax.Array
+  mean: jax.Array
+  var: jax.Array
+
+  @property
+  def shape(self):
+    return self.y.shape
+
+  @property
+  def dtype(self):
+    return self.y.dtype
+
+  def materialize(self):
+    return self.y
+
+
+def _with_stats(y, moments) -> WithStats:
+  """WithStats from a native op's moments [2, C] (the sums of y and y * y)."""
+  n = y.size // y.shape[-1]
+  mean = moments[0] / n
+  var = jnp.maximum(0.0, moments[1] / n - jnp.square(mean))
+  return WithStats(y, *lax.stop_gradient((mean, var)))
+
+
+def native_norm_act_depthwise_conv(x, scale, bias, kernel, epsilon: float,
+                                   stride: int) -> WithStats:
   """norm_act_depthwise_conv in float32 by mural's C++ kernels (mural/kernels): the
-  same function, one pass over memory per image forward and one backward."""
+  same function, one pass over memory per image forward and one backward; its output
+  comes with its batch statistics."""
+  return _with_stats(*_native_norm_act_depthwise(x, scale, bias, kernel, epsilon, stride))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def _native_norm_act_depthwise(x, scale, bias, kernel, epsilon: float, stride: int):
+  """(y, y's moments): the moments' gradient is dropped, so only _with_stats reads them."""
   return _native_norm_act_depthwise_fwd(x, scale, bias, kernel, epsilon, stride)[0]
 
 
 def _native_norm_act_depthwise_fwd(x, scale, bias, kernel, epsilon, stride):
   mean, var = _batch_stats(x)
   inv = lax.rsqrt(var + epsilon)
-  y = kernels.norm_act_depthwise_forward(x, mean, inv, scale, bias, kernel[:, :, 0], stride)
-  return y, (x, scale, bias, mean, inv, kernel)
+  out = kernels.norm_act_depthwise_forward(x, mean, inv, scale, bias, kernel[:, :, 0], stride)
+  return out, (x, scale, bias, mean, inv, kernel)
 
 
-def _native_norm_act_depthwise_bwd(epsilon, stride, residuals, g):
+def _native_norm_act_depthwise_bwd(epsilon, stride, residuals, cotangents):
   del epsilon
+  g, _ = cotangents  # The moments': stop_gradient in _with_stats.
   x, scale, bias, mean, inv, kernel = residuals
   dz, dk, d_bias, d_scale = kernels.norm_act_depthwise_backward(
       x, mean, inv, scale, bias, kernel[:, :, 0], g, stride)
@@ -394,8 +431,7 @@ def _native_norm_act_depthwise_bwd(epsilon, stride, residuals, g):
   return dx, d_scale, d_bias, dk.reshape(kernel.shape)
 
 
-native_norm_act_depthwise_conv.defvjp(_native_norm_act_depthwise_fwd,
-                                      _native_norm_act_depthwise_bwd)
+_native_norm_act_depthwise.defvjp(_native_norm_act_depthwise_fwd, _native_norm_act_depthwise_bwd)
 
 
 class Pointwise(NamedTuple):
@@ -439,8 +475,8 @@ def pointwise_batch_stats(x, w):
 KERNEL_EXPAND_MAX_CHANNELS = 32
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
-def native_expand_norm_act_depthwise(x, w, scale, bias, kernel, epsilon: float, stride: int):
+def native_expand_norm_act_depthwise(x, w, scale, bias, kernel, epsilon: float,
+                                     stride: int) -> WithStats:
   """native_norm_act_depthwise_conv(pointwise_conv(x, w), ...): a block's expand conv,
   norm, swish and depthwise conv, with the norm's statistics from x's Gram matrix
   (pointwise_batch_stats) instead of two passes over the expanded activation.
@@ -455,6 +491,12 @@ def native_expand_norm_act_depthwise(x, w, scale, bias, kernel, epsilon: float, 
   dz (w * A)' and x' dz a band of rows at a time: neither y nor dz (6x the input's
   channels) is written out or kept. B0's train step at batch 128 and 128 px:
   temporaries 1.97 -> 1.68 GiB (benchmarks/README.md)."""
+  return _with_stats(*_native_expand(x, w, scale, bias, kernel, epsilon, stride))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+def _native_expand(x, w, scale, bias, kernel, epsilon: float, stride: int):
+  """(y, y's moments), as _native_norm_act_depthwise."""
   return _native_expand_fwd(x, w, scale, bias, kernel, epsilon, stride)[0]
 
 
@@ -475,8 +517,9 @@ def _native_expand_fwd(x, w, scale, bias, kernel, epsilon, stride):
   return out, (x, w, y, scale, bias, mean, inv, kernel, col_sum, gram)
 
 
-def _native_expand_bwd(epsilon, stride, residuals, g):
+def _native_expand_bwd(epsilon, stride, residuals, cotangents):
   del epsilon
+  g, _ = cotangents  # The moments': stop_gradient in _with_stats.
   x, w, y, scale, bias, mean, inv, kernel, col_sum, gram = residuals
   x2 = x.reshape(-1, x.shape[-1])
   w2 = w.reshape(x2.shape[1], -1)
@@ -499,7 +542,7 @@ def _native_expand_bwd(epsilon, stride, residuals, g):
   return dx.reshape(x.shape), dw.reshape(w.shape), d_scale, d_bias, dk.reshape(kernel.shape)
 
 
-native_expand_norm_act_depthwise.defvjp(_native_expand_fwd, _native_expand_bwd)
+_native_expand.defvjp(_native_expand_fwd, _native_expand_bwd)
 
 
 def _squeeze_excite_gate(pooled, w_reduce, b_reduce, w_expand, b_expand):
@@ -509,7 +552,6 @@ def _squeeze_excite_gate(pooled, w_reduce, b_reduce, w_expand, b_expand):
   return nn.sigmoid(pointwise_conv(s, w_expand) + b_expand)[:, 0, 0, :]
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(7,))
 def native_norm_act_squeeze_excite(y, scale, bias, w_reduce, b_reduce, w_expand, b_expand,
                                    epsilon: float):
   """a * gate(mean of a over each image's pixels), a = batch_norm_act(y, scale, bias,
@@ -517,14 +559,26 @@ def native_norm_act_squeeze_excite(y, scale, bias, w_reduce, b_reduce, w_expand,
   the passes over y by mural's C++ kernels (mural/kernels): two forward (the pool,
   then the gated output), two backward (per-image sums, then y's gradient); the gate's
   two small matmuls stay in XLA. Over B0's 16 blocks at batch 128 and 128 px, forward +
-  backward: 280 ms against 420-430 for the composition in XLA ops (benchmarks/README.md)."""
-  return _native_squeeze_excite_fwd(y, scale, bias, w_reduce, b_reduce, w_expand, b_expand,
-                                    epsilon)[0]
+  backward: 280 ms against 420-430 for the composition in XLA ops (benchmarks/README.md).
+  y: an array, or a WithStats whose statistics the norm takes."""
+  if isinstance(y, WithStats):
+    y, stats = y.y, (y.mean, y.var)
+  else:
+    stats = lax.stop_gradient(_batch_stats(y))
+  return _native_squeeze_excite(y, *stats, scale, bias, w_reduce, b_reduce, w_expand, b_expand,
+                                epsilon)
 
 
-def _native_squeeze_excite_fwd(y, scale, bias, w_reduce, b_reduce, w_expand, b_expand,
-                               epsilon):
-  mean, var = _batch_stats(y)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(9,))
+def _native_squeeze_excite(y, mean, var, scale, bias, w_reduce, b_reduce, w_expand, b_expand,
+                           epsilon: float):
+  """With y's batch statistics given: their gradient is in y's (the backward's sums)."""
+  return _native_squeeze_excite_fwd(y, mean, var, scale, bias, w_reduce, b_reduce, w_expand,
+                                    b_expand, epsilon)[0]
+
+
+def _native_squeeze_excite_fwd(y, mean, var, scale, bias, w_reduce, b_reduce, w_expand,
+                               b_expand, epsilon):
   inv = lax.rsqrt(var + epsilon)
   pooled = kernels.squeeze_forward(y, mean, inv, scale, bias)
   weights = (w_reduce, b_reduce, w_expand, b_expand)
@@ -550,10 +604,10 @@ def _native_squeeze_excite_bwd(epsilon, residuals, g):
   n = y.shape[0] * pixels
   dy = kernels.excite_input_grad(y, mean, inv, scale, bias, g, gate, dpool, d_bias / n,
                                  d_scale / n)
-  return (dy, d_scale, d_bias, *d_weights)
+  return (dy, jnp.zeros_like(mean), jnp.zeros_like(mean), d_scale, d_bias, *d_weights)
 
 
-native_norm_act_squeeze_excite.defvjp(_native_squeeze_excite_fwd, _native_squeeze_excite_bwd)
+_native_squeeze_excite.defvjp(_native_squeeze_excite_fwd, _native_squeeze_excite_bwd)
 
 
 def pointwise_conv(x, kernel, stride: int = 1):
@@ -624,7 +678,7 @@ class Conv(nn.Module):
           and _native_applies(inputs.x.x, inputs.x.w, inputs.scale, inputs.bias, kernel)):
         y = native_expand_norm_act_depthwise(inputs.x.x, inputs.x.w, inputs.scale, inputs.bias,
                                              kernel, inputs.epsilon, self.strides)
-        return y if bias is None else y + bias
+        return y if bias is None else y.y + bias
       inputs = inputs._replace(x=inputs.x.materialize())
     if isinstance(inputs, NormAct):
       x, kernel, bias = nn.dtypes.promote_dtype(inputs.x, kernel, bias, dtype=self.dtype)
@@ -633,9 +687,9 @@ class Conv(nn.Module):
         if impl == "native" and _native_applies(inputs.x, inputs.scale, inputs.bias, kernel):
           y = native_norm_act_depthwise_conv(inputs.x, inputs.scale, inputs.bias, kernel,
                                              inputs.epsilon, self.strides)
-        else:
-          y = norm_act_depthwise_conv(inputs.x, inputs.scale, inputs.bias, kernel,
-                                      inputs.epsilon, self.strides, inputs.dtype)
+          return y if bias is None else y.y + bias
+        y = norm_act_depthwise_conv(inputs.x, inputs.scale, inputs.bias, kernel,
+                                    inputs.epsilon, self.strides, inputs.dtype)
         return y if bias is None else y + bias
       inputs = inputs.materialize()
     inputs, kernel, bias = nn.dtypes.promote_dtype(inputs, kernel, bias, dtype=self.dtype)
@@ -773,14 +827,18 @@ class FusedBatchNorm(nn.Module):
     scale = self.param("scale", self.scale_init, features, self.param_dtype)
     bias = self.param("bias", self.bias_init, features, self.param_dtype)
     dtype = self.dtype or jnp.result_type(x.dtype, scale, bias)
-    if isinstance(x, Pointwise) and not (self.defer and self.swish and not self.use_running_average):
+    if (isinstance(x, (Pointwise, WithStats))
+        and not (self.defer and self.swish and not self.use_running_average)):
       x = x.materialize()
     if self.use_running_average:
       y = (x - ra_mean.value) * (lax.rsqrt(ra_var.value + self.epsilon) * scale) + bias
       return (nn.swish(y.astype(dtype)) if self.swish else y).astype(dtype)
     if self.defer and self.swish:
       # The same as the op's: XLA computes them once.
-      stats = pointwise_batch_stats(x.x, x.w)[:2] if isinstance(x, Pointwise) else _batch_stats(x)
+      if isinstance(x, Pointwise):
+        stats = pointwise_batch_stats(x.x, x.w)[:2]
+      else:
+        stats = (x.mean, x.var) if isinstance(x, WithStats) else _batch_stats(x)
       mean, var = lax.stop_gradient(stats)
       y = NormAct(x, scale, bias, self.epsilon, jnp.dtype(dtype))
     else:
