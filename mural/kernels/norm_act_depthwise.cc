@@ -8,8 +8,8 @@
 // Why: XLA runs this op as many elementwise and reduction passes, each writing an
 // activation of the block's widest shape out to memory; here an image's activation and
 // its gradient live in a per-thread scratch that is reused image after image, and only
-// the results are written out (the forward reads x once, the backward twice). Images
-// are spread over XLA's intra-op thread pool.
+// the results are written out (the forward reads x once, the backward twice). Parts of
+// the batch are spread over XLA's intra-op thread pool.
 //
 // Layouts: x [B, H, W, C] (NHWC), kernel [K, K, C], y and g [B, H', W', C] with
 // H' = ceil(H / stride); SAME padding as TF/XLA (the odd pixel after). The batch
