@@ -38,9 +38,9 @@ SOURCE = pathlib.Path(__file__).with_name("norm_act_depthwise.cc")
 # -fno-trapping-math: GCC vectorises the float -> int conversion of the exp only then.
 FLAGS = ("-O3", "-march=native", "-fno-trapping-math", "-fno-math-errno", "-std=c++17",
          "-shared", "-fPIC")
-# The depthwise ops' tasks: parts of the batch, each summing its moments or kernel
-# gradient over its images, added up in order by the kernel (a fixed number, so the sums
-# do not depend on the machine's threads).
+# The backward's tasks: parts of the batch, each summing its kernel gradient over its
+# images, added up in order by the kernel (a fixed number, so the sums do not depend on
+# the machine's threads).
 BATCH_PARTS = 32
 TARGETS = {"mural_norm_act_depthwise_fwd": "MuralNormActDepthwiseForward",
            "mural_norm_act_depthwise_bwd": "MuralNormActDepthwiseBackward",
@@ -168,12 +168,11 @@ def norm_act_depthwise_forward(x, mean, inv, scale, bias, kernel, stride: int, w
   c = kernel.shape[-1]
   out = (jax.ShapeDtypeStruct((b, -(-h // stride), -(-width // stride), c), jnp.float32),
          jax.ShapeDtypeStruct((2, c), jnp.float32))
-  parts = min(b, BATCH_PARTS)
   if w is None:
     call = jax.ffi.ffi_call("mural_norm_act_depthwise_fwd", out, vmap_method="sequential")
-    return call(x, mean, inv, scale, bias, kernel, stride=stride, parts=parts)
+    return call(x, mean, inv, scale, bias, kernel, stride=stride)
   call = jax.ffi.ffi_call("mural_expand_norm_act_depthwise_fwd", out, vmap_method="sequential")
-  return call(x, w, mean, inv, scale, bias, kernel, stride=stride, parts=parts)
+  return call(x, w, mean, inv, scale, bias, kernel, stride=stride)
 
 
 def norm_act_depthwise_backward(x, mean, inv, scale, bias, kernel, grad, stride: int):

@@ -8,8 +8,8 @@
 // Why: XLA runs this op as many elementwise and reduction passes, each writing an
 // activation of the block's widest shape out to memory; here an image's activation and
 // its gradient live in a per-thread scratch that is reused image after image, and only
-// the results are written out (the forward reads x once, the backward twice). Parts of
-// the batch are spread over XLA's intra-op thread pool.
+// the results are written out (the forward reads x once, the backward twice). Images
+// (forward) and parts of the batch (backward) are spread over XLA's intra-op thread pool.
 //
 // Layouts: x [B, H, W, C] (NHWC), kernel [K, K, C], y and g [B, H', W', C] with
 // H' = ceil(H / stride); SAME padding as TF/XLA (the odd pixel after). The batch
@@ -433,40 +433,37 @@ void AddMoments(int64_t pixels, int64_t c, const float* __restrict v, float* __r
 
 // y, and y's moments [2, C] for the norm after the conv: the sums over the batch of y and
 // of y * y (XLA's two reductions over y took as long as the rest of a block's forward
-// op on B0's first blocks). The batch is cut into `parts` as in Backward below: the sums
-// are taken over each output row, then over the part's images, then over the parts.
+// op on B0's first blocks). They are taken over each output row, then over the image's
+// rows, then over the images in order, so they do not depend on the threads.
 ffi::Error Forward(ffi::ThreadPool& pool, const Geometry& g, const Source& src,
                    ffi::Buffer<ffi::F32>& mean, ffi::Buffer<ffi::F32>& inv,
                    ffi::Buffer<ffi::F32>& scale, ffi::Buffer<ffi::F32>& bias,
                    ffi::Buffer<ffi::F32>& kernel, ffi::ResultBuffer<ffi::F32>& y,
-                   ffi::ResultBuffer<ffi::F32>& moments, int64_t parts) {
+                   ffi::ResultBuffer<ffi::F32>& moments) {
   if (auto e = CheckNorm(g, mean, inv, scale, bias); e.failure()) return e;
-  if (parts < 1 || parts > g.b || moments->element_count() != 2 * g.c) {
-    return ffi::Error::InvalidArgument(
-        "norm_act_depthwise: want 1 <= parts <= B and moments [2, C]");
+  if (moments->element_count() != 2 * g.c) {
+    return ffi::Error::InvalidArgument("norm_act_depthwise: want moments [2, C]");
   }
   const std::vector<float> a = NormScale(inv.typed_data(), scale.typed_data(), g.c);
   const float* ks = kernel.typed_data();
   const float *mu = mean.typed_data(), *beta = bias.typed_data();
   float* ys = y->typed_data();
-  std::vector<float> partials(parts * 2 * g.c);  // Each part's moments.
-  ParallelFor(pool, parts, [&](int64_t part) {
+  std::vector<float> partials(g.b * 2 * g.c);  // Each image's moments.
+  ParallelFor(pool, g.b, [&](int64_t b) {
     thread_local std::vector<float> buffer, input;
     const int64_t c = g.c, row = g.pad_w * c;
-    for (int64_t b = part * g.b / parts; b < (part + 1) * g.b / parts; ++b) {
-      const float* xb = src.Image(g, b, input);
-      float* s = Scratch(buffer, g.pad_h * row);
-      Activation(g, xb, mu, a.data(), beta, s);
-      for (int64_t oh = 0; oh < g.out_h; ++oh) {
-        float* out_row = ys + (b * g.out_h + oh) * g.out_w * c;
-        for (int64_t ow = 0; ow < g.out_w; ++ow) {
-          ConvPixel(g, s + (oh * g.stride * g.pad_w + ow * g.stride) * c, ks, out_row + ow * c);
-        }
-        AddMoments(g.out_w, c, out_row, partials.data() + part * 2 * c);
+    const float* xb = src.Image(g, b, input);
+    float* s = Scratch(buffer, g.pad_h * row);
+    Activation(g, xb, mu, a.data(), beta, s);
+    for (int64_t oh = 0; oh < g.out_h; ++oh) {
+      float* out_row = ys + (b * g.out_h + oh) * g.out_w * c;
+      for (int64_t ow = 0; ow < g.out_w; ++ow) {
+        ConvPixel(g, s + (oh * g.stride * g.pad_w + ow * g.stride) * c, ks, out_row + ow * c);
       }
+      AddMoments(g.out_w, c, out_row, partials.data() + b * 2 * c);
     }
   });
-  SumParts(pool, parts, 2 * g.c, 2 * g.c, partials.data(), moments->typed_data());
+  SumParts(pool, g.b, 2 * g.c, 2 * g.c, partials.data(), moments->typed_data());
   return ffi::Error::Success();
 }
 
@@ -570,12 +567,10 @@ ffi::Error NormActDepthwiseForward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x
                                    ffi::Buffer<ffi::F32> mean, ffi::Buffer<ffi::F32> inv,
                                    ffi::Buffer<ffi::F32> scale, ffi::Buffer<ffi::F32> bias,
                                    ffi::Buffer<ffi::F32> kernel, ffi::ResultBuffer<ffi::F32> y,
-                                   ffi::ResultBuffer<ffi::F32> moments, int64_t stride,
-                                   int64_t parts) {
+                                   ffi::ResultBuffer<ffi::F32> moments, int64_t stride) {
   Geometry g;
   if (auto e = MakeGeometry(x, kernel, stride, &g); e.failure()) return e;
-  return Forward(pool, g, Source{x.typed_data()}, mean, inv, scale, bias, kernel, y, moments,
-                 parts);
+  return Forward(pool, g, Source{x.typed_data()}, mean, inv, scale, bias, kernel, y, moments);
 }
 
 ffi::Error NormActDepthwiseBackward(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
@@ -612,12 +607,12 @@ ffi::Error ExpandNormActDepthwiseForward(ffi::ThreadPool pool, ffi::Buffer<ffi::
                                          ffi::Buffer<ffi::F32> bias,
                                          ffi::Buffer<ffi::F32> kernel,
                                          ffi::ResultBuffer<ffi::F32> y,
-                                         ffi::ResultBuffer<ffi::F32> moments, int64_t stride,
-                                         int64_t parts) {
+                                         ffi::ResultBuffer<ffi::F32> moments,
+                                         int64_t stride) {
   Geometry g;
   Source src{nullptr};
   if (auto e = ExpandGeometry(x, w, kernel, stride, &g, &src); e.failure()) return e;
-  return Forward(pool, g, src, mean, inv, scale, bias, kernel, y, moments, parts);
+  return Forward(pool, g, src, mean, inv, scale, bias, kernel, y, moments);
 }
 
 ffi::Error ExpandNormActDepthwiseBackward(
@@ -862,8 +857,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MuralNormActDepthwiseForward, NormActDepthwiseForw
                               NormActDepthwiseArgs()
                                   .Ret<ffi::Buffer<ffi::F32>>()  // y
                                   .Ret<ffi::Buffer<ffi::F32>>()  // moments [2, C]
-                                  .Attr<int64_t>("stride")
-                                  .Attr<int64_t>("parts"));
+                                  .Attr<int64_t>("stride"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MuralNormActDepthwiseBackward, NormActDepthwiseBackward,
                               NormActDepthwiseArgs()
@@ -878,8 +872,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MuralExpandNormActDepthwiseForward, ExpandNormActD
                               ExpandNormActDepthwiseArgs()
                                   .Ret<ffi::Buffer<ffi::F32>>()  // y
                                   .Ret<ffi::Buffer<ffi::F32>>()  // moments [2, C]
-                                  .Attr<int64_t>("stride")
-                                  .Attr<int64_t>("parts"));
+                                  .Attr<int64_t>("stride"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MuralExpandNormActDepthwiseBackward, ExpandNormActDepthwiseBackward,
                               ExpandNormActDepthwiseArgs()
