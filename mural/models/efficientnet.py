@@ -396,7 +396,7 @@ def _with_stats(y, moments) -> WithStats:
   """WithStats from a native op's moments [2, C] (the sums of y and y * y)."""
   n = y.size // y.shape[-1]
   mean = moments[0] / n
-  var = jnp.maximum(0.0, moments[1] / n - jnp.square(mean))
+  var = _variance(mean, moments[1] / n)
   return WithStats(y, *lax.stop_gradient((mean, var)))
 
 
@@ -461,7 +461,7 @@ def pointwise_batch_stats(x, w):
   n = x.shape[0]
   col_sum, gram = jnp.sum(x, 0), x.T @ x
   mean = col_sum @ w / n
-  var = jnp.maximum(0.0, jnp.sum(w * (gram @ w), 0) / n - jnp.square(mean))
+  var = _variance(mean, jnp.sum(w * (gram @ w), 0) / n)
   return mean, var, col_sum, gram
 
 
@@ -736,7 +736,12 @@ def _batch_stats(x):
   x = x.astype(_accumulator(x.dtype))
   axes = tuple(range(x.ndim - 1))
   mean = jnp.mean(x, axes)
-  return mean, jnp.maximum(0.0, jnp.mean(jnp.square(x), axes) - jnp.square(mean))
+  return mean, _variance(mean, jnp.mean(jnp.square(x), axes))
+
+
+def _variance(mean, mean_square):
+  """E[x^2] - mean^2, clipped at 0 (float32 rounding can take it below)."""
+  return jnp.maximum(0.0, mean_square - jnp.square(mean))
 
 
 def _swish_derivative(y):
@@ -834,7 +839,7 @@ class FusedBatchNorm(nn.Module):
       y = (x - ra_mean.value) * (lax.rsqrt(ra_var.value + self.epsilon) * scale) + bias
       return (nn.swish(y.astype(dtype)) if self.swish else y).astype(dtype)
     if self.defer and self.swish:
-      # The same as the op's: XLA computes them once.
+      # The same as the op's (a WithStats: the op's own sums): XLA computes them once.
       if isinstance(x, Pointwise):
         stats = pointwise_batch_stats(x.x, x.w)[:2]
       else:
