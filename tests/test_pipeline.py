@@ -23,6 +23,7 @@ from mural import systems
 from mural.data import eval_data
 from mural.data import pipeline
 from mural.data import tokenizer as tokenizer_lib
+from mural.data import vocab
 
 MAX_NUMBER = 4000
 _NUMBER0 = len(tokenizer_lib.RESERVED_TOKENS) + 2  # Id of token '0' (after 'cap', 'x').
@@ -131,12 +132,21 @@ def test_batches_fixed_shapes_tokenised_and_paired(tmp_path, tok):
 
 
 @pytest.mark.parametrize("autotune", [True, False])
-def test_autotune_option_reaches_every_task_dataset(tmp_path, tok, autotune):
-  # Off in the CPU configs: TF's autotune thread can hold an iterator's deletion up to 60 s.
-  path = _write(tmp_path / "a.tfrecord", [_good(n) for n in range(8)])
+def test_autotune_option_reaches_every_dataset_a_run_iterates(tmp_path, tok, monkeypatch, autotune):
+  """Each task's stream, the language counts and the vocab's reader. Off in the CPU configs:
+  TF's autotune thread can hold an iterator's deletion up to 60 s (records.run_options)."""
+  path = _write(tmp_path / "a.tfrecord", [_good(n, lang) for n, lang in enumerate(["en", "de"] * 4)])
   pairs = _pairs_tsv(tmp_path / "p.tsv", [("cap 1", "cap 2", "en", "de")] * 4)
-  it = _iterator(_config([_tfrecord(path)], [pairs], autotune=autotune), tok, seed=0)
+  c = _config([_tfrecord(path)], [pairs], autotune=autotune, language_sampling_temperature=2.0)
+  iterated = []
+  as_numpy_iterator = tf.data.Dataset.as_numpy_iterator
+  monkeypatch.setattr(tf.data.Dataset, "as_numpy_iterator",
+                      lambda ds: iterated.append(ds.options().autotune.enabled) or as_numpy_iterator(ds))
+  it = _iterator(c, tok, seed=0)
+  assert len(iterated) == 2  # Both tasks' sources counted by language (temperature 2).
   assert [t.dataset().options().autotune.enabled for t in it._tasks] == [autotune, autotune]
+  assert len(list(vocab.training_texts(c, system.active_tasks(systems.get(c), c)))) == 8 + 2 * 4
+  assert len(iterated) == 4 and set(iterated) == {autotune}
 
 
 @pytest.mark.parametrize("field,value", [
@@ -344,6 +354,7 @@ def _synthetic_config(**synthetic_fields):
   c.data.shuffle_buffer = 0
   s = c.data.synthetic
   s.default_pairs, s.translation_pairs, s.eval_scenes = 40, 40, 6
+  c.data.autotune = False  # With it, deleting a used iterator can wait up to 60 s (config_lib).
   for k, v in synthetic_fields.items():
     s[k] = v
   if "render_size" in s:

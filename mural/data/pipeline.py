@@ -250,11 +250,12 @@ def _source_stream(task, src: _Source, index: int, state: dict, seed,
   return ds.filter(lambda x: tf.equal(x["status"], _OK))
 
 
-def _language_counts(kind, raw: tf.data.Dataset, languages: Sequence[str]) -> np.ndarray:
+def _language_counts(kind, raw: tf.data.Dataset, data_config) -> np.ndarray:
   """Records per language key in `raw` (one pass over it; unknown ones ignored)."""
-  table = tf.constant(list(languages))
+  table = tf.constant(list(data_config.languages))
   keys = raw.map(lambda r: kind.lang_key(r, table), num_parallel_calls=tf.data.AUTOTUNE).batch(4096)
-  size = kind.num_lang_keys(len(languages))
+  keys = keys.with_options(records.run_options(data_config))
+  size = kind.num_lang_keys(len(data_config.languages))
   counts = np.zeros(size, np.int64)
   for k in keys.as_numpy_iterator():
     k = k[k >= 0]
@@ -309,11 +310,7 @@ class _Task:
     finish, tokenizer = self.input.finish, self.tokenizer
     ds = ds.map(lambda b: {**finish(b, tokenizer), **{k: b[k] for k in keep}},
                 num_parallel_calls=par, deterministic=True)
-    ds = ds.prefetch(self.data.prefetch_batches)
-    options = tf.data.Options()
-    options.deterministic = True
-    options.autotune.enabled = self.data.autotune
-    return ds.with_options(options)
+    return ds.prefetch(self.data.prefetch_batches).with_options(records.run_options(self.data))
 
   def next(self) -> dict:
     if self._it is None:
@@ -434,7 +431,7 @@ def _open_sources(task, config, process_index, process_count) -> List[_Source]:
       raise ValueError(f"{field} ({name!r}): no records on process {process_index} of {process_count}")
     acceptance = None
     if temperature != 1.0:
-      counts = _language_counts(kind, raw, languages) if counts is None else counts
+      counts = _language_counts(kind, raw, config.data) if counts is None else counts
       if not counts.any():
         raise ValueError(f"{field} ({name!r}): no record is in a language of config.data.languages")
       acceptance = language_acceptance(counts, temperature)

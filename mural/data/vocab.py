@@ -17,6 +17,7 @@ from jax.experimental import multihost_utils
 import tensorflow as tf
 
 from mural import config_lib
+from mural.data import records
 from mural.data import sources
 from mural.data import tokenizer as tokenizer_lib
 
@@ -38,6 +39,7 @@ def training_records(config, tasks: Sequence) -> Iterator[tuple]:
       if isinstance(ds, sources.Endless):
         ds = (ds.open_text_at or ds.open_at)(0)
       texts = ds.take(RECORDS_PER_SOURCE).map(lambda r: {f: r[f] for f in fields}).batch(_READ_BATCH)
+      texts = texts.with_options(records.run_options(config.data))  # Its deletion need not wait.
       for batch in texts.as_numpy_iterator():
         for i in range(len(next(iter(batch.values())))):
           yield task, {f: v[i] for f, v in batch.items()}
