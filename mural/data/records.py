@@ -1,5 +1,5 @@
 """What every source and every task input shares: source-config fields, process
-checks, and the reasons a record is skipped.
+checks, the reasons a record is skipped, and the tf.data options of a run's datasets.
 
 The ground floor of mural/data: it imports nothing of mural's, so the format
 files (flickr8k.py, multi30k.py, img2dataset.py, synthetic.py), the sources
