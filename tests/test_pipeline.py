@@ -431,3 +431,52 @@ def test_process_exits_with_a_live_iterator(tmp_path):
                        capture_output=True, text=True, timeout=120)
   assert out.returncode == 0, out.stderr[-2000:]
   assert out.stdout.strip().endswith("done")
+
+
+def _reference_counts(status, keep, skips):
+  """The skip count one record at a time: (position, running counts) of each emitted record."""
+  counts, out = np.array(skips, np.int64), []
+  for i, (s, k) in enumerate(zip(status, keep)):
+    if k and s:
+      counts[s - 1] += 1
+    elif k:  # Thinned records (k False) are neither counted nor emitted.
+      out.append((i, counts.copy()))
+  return out
+
+
+def _longest_run(status, keep):
+  run = best = 0
+  for s, k in zip(status, keep):
+    if k:
+      run = run + 1 if s else 0
+      best = max(best, run)
+  return best
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_chunked_skip_count_matches_a_record_by_record_count(seed, monkeypatch):
+  """_counted works on chunks of records; across chunk edges it equals a record-by-record
+  running count, drops skipped and thinned records, and fails once a run reaches the limit."""
+  rng = np.random.default_rng(seed)
+  n, skips = 3 * pipeline._CHUNK + 17, [1, 0, 2, 0, 0, 5]
+  status = np.where(rng.random(n) < 0.4, rng.integers(1, len(pipeline.SKIP_REASONS) + 1, n), 0)
+  status[70:150] = np.where(rng.random(80) < 0.05, 0, 3)  # Long runs across a chunk edge.
+  keep = rng.random(n) < 0.8
+  records = tf.data.Dataset.from_tensor_slices(dict(
+      status=tf.constant(status, tf.int32), _keep=tf.constant(keep), _pos=tf.range(n, dtype=tf.int64),
+      lang_key=tf.zeros([n], tf.int32), _seed=tf.zeros([n, 2], tf.int64)))
+  run = lambda: list(pipeline._counted(records, 3, skips, "t").as_numpy_iterator())
+
+  expected = _reference_counts(status, keep, skips)
+  got = run()
+  assert [int(r["_pos"]) for r in got] == [i for i, _ in expected]
+  np.testing.assert_array_equal(np.stack([r["_skips"] for r in got]), np.stack([c for _, c in expected]))
+  assert all(int(r["_source"]) == 3 and set(r) == {"_pos", "_skips", "_source"} for r in got)
+
+  longest = _longest_run(status, keep)
+  assert longest > 5
+  monkeypatch.setattr(pipeline, "MAX_CONSECUTIVE_SKIPS", longest + 1)
+  assert len(run()) == len(expected)
+  monkeypatch.setattr(pipeline, "MAX_CONSECUTIVE_SKIPS", longest)
+  with pytest.raises(tf.errors.InvalidArgumentError, match=f"t: {longest} records in a row were skipped"):
+    run()

@@ -17,6 +17,8 @@ Per task, each source is one stream (one process's shard, see sources.py):
   -> language sampling (keeps records of language l with probability a_l)
   -> image decode under a per-record guard, then random crop + flip
   -> a running count of skipped records by reason -> drop skipped records.
+Per record that is one tf.data map (two more while images need decoding); the count and
+the drop run on chunks of records (tf.data's cost is per element and stage).
 The sources are mixed by weight, batched, tokenised per batch and prefetched.
 
 Language sampling: within a source, language (text pairs: language pair) l is drawn
@@ -28,8 +30,8 @@ stream has exactly the proportions p; the scarcest-relative-to-target language
 is never thinned. Records it drops are not skips; they may be drawn next epoch.
 
 Bad records never crash and never vanish silently: each record gets one status
-(the first failing check, in SKIP_REASONS order). A `scan` carries a running
-count per reason through the stream, so every emitted record holds the number
+(the first failing check, in SKIP_REASONS order). A `scan` over chunks carries a
+running count per reason through the stream, so every emitted record holds the number
 of records its source skipped up to and including it; `skip_counts()` reads
 those of the last consumed record of each source. Counts therefore match what
 training consumed (not what tf.data read ahead), and they resume exactly.
@@ -165,7 +167,13 @@ def _guarded_decode(ds: tf.data.Dataset, num_parallel_calls: int) -> tf.data.Dat
 
 def _source_stream(task, src: _Source, index: int, state: dict, seed,
                    data_config, num_parallel_calls: int) -> tf.data.Dataset:
-  """Validated, preprocessed records of one source, from `state` on, forever."""
+  """Validated, preprocessed records of one source, from `state` on, forever.
+
+  Per record: one map (checks, language sampling, and the crop unless the images still need
+  decoding); per chunk of records: the skip counts and the drop of skipped and thinned
+  records. Each stage of tf.data costs per element, so the fewer per-record stages the
+  cheaper the stream (benchmarks/README.md, "The input's per-record stages").
+  """
   buffer = data_config.shuffle_buffer
   src_seed = _fold(seed, index)
 
@@ -176,9 +184,8 @@ def _source_stream(task, src: _Source, index: int, state: dict, seed,
     return ds.enumerate().map(lambda pos, x: (tf.cast(e, tf.int64), pos, x))
 
   start_epoch, start_pos = state["epoch"], state["next_pos"]
-  if src.open_at is not None:
-    ds = src.open_at(start_pos).enumerate(start=start_pos).map(
-        lambda pos, x: (tf.constant(0, tf.int64), pos, x))
+  if src.open_at is not None:  # One epoch (0) of (position, record); `prepare` adds the epoch.
+    ds = src.open_at(start_pos).enumerate(start=start_pos)
   else:
     first = epoch(tf.constant(start_epoch, tf.int64)).skip(start_pos)
     rest = tf.data.Dataset.range(start_epoch + 1, _FOREVER).flat_map(epoch)
@@ -186,68 +193,100 @@ def _source_stream(task, src: _Source, index: int, state: dict, seed,
 
   languages = tf.constant(list(data_config.languages))
   max_chars = data_config.max_text_chars
+  accept = None if src.acceptance is None else tf.constant(src.acceptance, tf.float32)
+  decode = task.input.has_image and ds.element_spec[-1]["image"].dtype == tf.string
+  crop = _crop_fn(task.input, data_config) if task.input.has_image else None
 
-  def checked(e, pos, raw):
-    out = task.input.check(raw, languages, max_chars)
-    out.update(_epoch=e, _pos=pos, _seed=_fold(src_seed, e, pos))
-    return out
-
-  ds = ds.map(checked, num_parallel_calls=num_parallel_calls, deterministic=True)
-
-  if src.acceptance is not None:
-    accept = tf.constant(src.acceptance, tf.float32)
-
-    def sampled(x):
+  def prepare(*element):
+    e, pos, raw = element if len(element) == 3 else (tf.constant(0, tf.int64), *element)
+    x = task.input.check(raw, languages, max_chars)
+    x.update(_epoch=e, _pos=pos, _seed=_fold(src_seed, e, pos))
+    if accept is not None:  # Thinned records are dropped uncounted; skipped ones are always kept.
       u = tf.random.stateless_uniform([], _fold(x["_seed"], 1))
-      keep = u < tf.gather(accept, tf.maximum(x["lang_key"], 0))
-      return tf.logical_or(tf.not_equal(x["status"], _OK), keep)
+      x["_keep"] = tf.logical_or(tf.not_equal(x["status"], _OK),
+                                 u < tf.gather(accept, tf.maximum(x["lang_key"], 0)))
+    if crop is not None and not decode:
+      x = crop(x)
+    return x
 
-    ds = ds.filter(sampled)
-
-  if task.input.has_image:
-    if ds.element_spec["image"].dtype == tf.string:
-      ds = _guarded_decode(ds, num_parallel_calls)
-    size = data_config.image_size
-
-    views = task.input.train_views  # A kind's own augmentation (e.g. two SimCLR views), or None.
-
-    def crop(x):
-      x = dict(x)
-      if views is None:
-        x["image"] = tf.cond(
-            tf.equal(x["status"], _OK),
-            lambda: preprocess.train_image(
-                x["image"], _fold(x["_seed"], 2), size, tuple(data_config.crop_area_range),
-                tuple(data_config.crop_aspect_range), data_config.random_flip),
-            lambda: tf.zeros([size, size, 3], tf.float32))
-        return x
-      blank = tf.zeros([size, size, 3], tf.uint8)  # A skipped record's views (dropped below).
-      x.update(tf.cond(tf.equal(x["status"], _OK), lambda: views(x["image"], _fold(x["_seed"], 2), data_config),
-                       lambda: views(blank, _fold(x["_seed"], 2), data_config)))
-      return x
-
+  ds = ds.map(prepare, num_parallel_calls=num_parallel_calls, deterministic=True)
+  if decode:
+    if accept is not None:  # Thin before decoding: a thinned record costs no decode.
+      ds = ds.filter(lambda x: x["_keep"])
+    ds = _guarded_decode(ds, num_parallel_calls)
     ds = ds.map(crop, num_parallel_calls=num_parallel_calls, deterministic=True)
+  return _counted(ds, index, state["skips"], f"{task.name} source {index} ({src.name!r})")
 
+
+def _crop_fn(kind, data_config) -> Callable[[dict], dict]:
+  """record -> record with its training image(s): the kind's views or the crop (+ flip), float32
+  [S, S, 3]; a skipped or thinned record gets a blank one at no cost (it is dropped later)."""
+  size = data_config.image_size
+  views = kind.train_views  # A kind's own augmentation (e.g. two SimCLR views), or None.
+
+  def crop(x):
+    x = dict(x)
+    use = tf.equal(x["status"], _OK)
+    if "_keep" in x:
+      use = tf.logical_and(use, x["_keep"])
+    if views is None:
+      x["image"] = tf.cond(
+          use,
+          lambda: preprocess.train_image(
+              x["image"], _fold(x["_seed"], 2), size, tuple(data_config.crop_area_range),
+              tuple(data_config.crop_aspect_range), data_config.random_flip),
+          lambda: tf.zeros([size, size, 3], tf.float32))
+      return x
+    blank = tf.zeros([size, size, 3], tf.uint8)  # A skipped record's views (dropped later).
+    x.update(tf.cond(use, lambda: views(x["image"], _fold(x["_seed"], 2), data_config),
+                     lambda: views(blank, _fold(x["_seed"], 2), data_config)))
+    return x
+
+  return crop
+
+
+_CHUNK = 64  # Records per step of the skip count (see _counted).
+
+
+def _counted(ds: tf.data.Dataset, index: int, skips: Sequence[int], name: str) -> tf.data.Dataset:
+  """The usable records of `ds`, each with its source's running skip counts ('_skips').
+
+  Runs on chunks of _CHUNK records (a scan over chunks, cumulative sums inside one): a scan
+  and a filter per record cost more than the rest of a small record's stages together. A
+  record's counts include itself and every skipped record before it; thinned records
+  ('_keep' False) are neither counted nor emitted. Fails after MAX_CONSECUTIVE_SKIPS skipped
+  records in a row.
+  """
   num_reasons = len(SKIP_REASONS)
-  name = f"{task.name} source {index} ({src.name!r})"
+  limit = MAX_CONSECUTIVE_SKIPS  # Read when the stream is built (tests lower it).
 
-  def count(carry, x):
-    counts, run = carry
-    bad = tf.not_equal(x["status"], _OK)
-    counts = counts + tf.one_hot(x["status"] - 1, num_reasons, dtype=tf.int64)  # Status 0 -> zeros.
-    run = tf.where(bad, run + 1, tf.constant(0, tf.int64))
+  def count(carry, chunk):
+    counts, run = carry  # Counts by reason so far; skipped records since the last usable one.
+    status = chunk.pop("status")
+    keep = chunk.pop("_keep", tf.ones_like(status, tf.bool))
+    for k in ("lang_key", "_seed"):
+      chunk.pop(k)
+    bad = tf.logical_and(keep, tf.not_equal(status, _OK))
+    good = tf.logical_and(keep, tf.equal(status, _OK))
+    per_record = tf.one_hot(status - 1, num_reasons, dtype=tf.int64)  # Status 0 -> zeros.
+    running = counts + tf.cumsum(per_record * tf.cast(bad, tf.int64)[:, None], axis=0)
+    # Skipped records in a row at each record: bad ones so far minus those at the last
+    # usable record before it (or, before the chunk's first usable one, plus the carried run).
+    bad_so_far = tf.cumsum(tf.cast(bad, tf.int64))
+    at_good = tf.concat([[-run], tf.boolean_mask(bad_so_far, good)], 0)
+    runs = bad_so_far - tf.gather(at_good, tf.cumsum(tf.cast(good, tf.int32)))
     check = tf.debugging.Assert(
-        run < MAX_CONSECUTIVE_SKIPS,
-        [f"{name}: {MAX_CONSECUTIVE_SKIPS} records in a row were skipped; counts by reason "
-         f"{SKIP_REASONS}:", counts])
+        tf.reduce_all(runs < limit),
+        [f"{name}: {limit} records in a row were skipped; counts by reason {SKIP_REASONS}:",
+         running[-1]])
     with tf.control_dependencies([check]):
-      counts = tf.identity(counts)
-    x = {k: v for k, v in x.items() if k not in ("lang_key", "_seed")}
-    x.update(_skips=counts, _source=tf.constant(index, tf.int32))
-    return (counts, run), x
+      out = {k: tf.boolean_mask(v, good) for k, v in chunk.items()}
+    out.update(_skips=tf.boolean_mask(running, good),
+               _source=tf.fill(tf.shape(out["_pos"]), tf.constant(index, tf.int32)))
+    return (running[-1], runs[-1]), out
 
-  ds = ds.scan((tf.constant(state["skips"], tf.int64), tf.constant(0, tf.int64)), count)
-  return ds.filter(lambda x: tf.equal(x["status"], _OK))
+  ds = ds.batch(_CHUNK).scan((tf.constant(skips, tf.int64), tf.constant(0, tf.int64)), count)
+  return ds.unbatch()
 
 
 def _language_counts(kind, raw: tf.data.Dataset, data_config) -> np.ndarray:
