@@ -346,3 +346,13 @@ def pytest_collection_finish(session):
   """Every test file (JAX, Flax, TensorFlow) is imported by now."""
   del session
   collect_garbage_less()
+
+
+def pytest_configure(config):
+  """Starts the C++ kernels' build (mural/kernels) in this test process's background, so the
+  compiler runs beside test collection, where JAX, Flax and TensorFlow load (a new machine:
+  15-20 s of g++ the first tests would otherwise wait for). Not in xdist's controller, which
+  runs no test; the workers share one build through the cache folder's lock."""
+  if os.environ.get("PYTEST_XDIST_WORKER") or not config.getoption("numprocesses", None):
+    from mural import kernels  # pylint: disable=g-import-not-at-top
+    kernels.build_in_background()

@@ -28,6 +28,7 @@ import pathlib
 import platform
 import subprocess
 import tempfile
+import threading
 from typing import Optional
 
 import jax
@@ -104,6 +105,23 @@ def build(source: pathlib.Path = SOURCE, directory: Optional[pathlib.Path] = Non
     finally:
       partial.unlink(missing_ok=True)
   return library
+
+
+def build_in_background() -> threading.Thread:
+  """Starts build() in a daemon thread and returns it, so that the compiler (15-20 s the first
+  time on a machine) runs beside the caller's imports and set-up. A later build() or
+  available() finds its library, or waits for it on the cache folder's lock; its errors are
+  left for them to report. A process that ends first leaves at most a *.so.tmp behind."""
+
+  def quietly():
+    try:
+      build()
+    except Exception:  # pylint: disable=broad-except  (reported by the caller's own build())
+      pass
+
+  thread = threading.Thread(target=quietly, name="mural-kernel-build", daemon=True)
+  thread.start()
+  return thread
 
 
 @contextlib.contextmanager
