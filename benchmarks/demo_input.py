@@ -2,15 +2,23 @@
 
   .venv/bin/python benchmarks/demo_input.py                 # configs/demo.py as it is
   .venv/bin/python benchmarks/demo_input.py --py_calls=2    # the synthetic sources' py calls in parallel
+  git show REV:mural/data/pipeline.py > /tmp/old_pipeline.py
+  .venv/bin/python benchmarks/demo_input.py --against=/tmp/old_pipeline.py   # A/B in one process
 
 Builds configs/demo.py's train iterator as training does (a vocab learned into
 a temporary directory first), pulls --warmup batches of a task, then times
 --batches more, --repeats times, one task after the other; prints the median
 wall and process CPU (all threads: tf.data's and the renderer's) per batch.
 The demo's step shares the machine's cores with this CPU.
+
+--against=FILE: another version of mural/data/pipeline.py; both build the same iterator
+and are timed in one process, a round of --batches steps (both tasks) each in turn,
+2 x --repeats rounds, so that the VM's changes of speed fall on both alike; prints the
+median CPU-ms per step of each and their ratio.
 """
 
 import argparse
+import importlib.util
 import os
 import resource
 import statistics
@@ -41,6 +49,7 @@ def main(argv=None) -> None:
   p.add_argument("--warmup", type=int, default=20)
   p.add_argument("--batches", type=int, default=50)
   p.add_argument("--repeats", type=int, default=3)
+  p.add_argument("--against", help="another pipeline.py to time beside this checkout's (A/B)")
   a = p.parse_args(argv)
   synthetic._PY_CALLS = a.py_calls  # pylint: disable=protected-access
   config = demo.get_config()
@@ -49,6 +58,9 @@ def main(argv=None) -> None:
   tok = vocab.tokenizer(config, tasks, tempfile.mkdtemp())
   print(f"vocab learned in {time.time() - start:.1f} s")
   it = pipeline.build_train_iterator(config, tasks, tok)
+  if a.against:
+    _ab(a, it, config, tasks, tok)
+    return
   for task in it._tasks:  # pylint: disable=protected-access
     for _ in range(a.warmup):
       task.next()
@@ -63,6 +75,28 @@ def main(argv=None) -> None:
           f"ms wall, {statistics.median(cpu):.1f} CPU-ms per batch (runs: wall "
           f"{', '.join(f'{w:.1f}' for w in wall)}; CPU {', '.join(f'{c:.1f}' for c in cpu)})")
     task.close()
+
+
+def _ab(a, it, config, tasks, tok) -> None:
+  spec = importlib.util.spec_from_file_location("pipeline_against", a.against)
+  other = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(other)
+  iterators = {"this checkout": it, a.against: other.build_train_iterator(config, tasks, tok)}
+  cpu = {name: [] for name in iterators}
+  for it in iterators.values():
+    for _ in range(a.warmup):
+      next(it)
+  for r in range(2 * a.repeats):
+    for name, it in (list(iterators.items()) if r % 2 == 0 else reversed(list(iterators.items()))):
+      c0 = _cpu()
+      for _ in range(a.batches):
+        next(it)
+      cpu[name].append((_cpu() - c0) / a.batches * 1e3)
+  for name, c in cpu.items():
+    print(f"{name}: median {statistics.median(c):.1f} CPU-ms per step, both tasks (rounds: "
+          f"{', '.join(f'{x:.0f}' for x in c)})")
+  mine, theirs = (statistics.median(c) for c in cpu.values())
+  print(f"ratio this checkout / {a.against}: {mine / theirs:.3f}")
 
 
 if __name__ == "__main__":
