@@ -30,6 +30,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from configs import demo  # pylint: disable=g-import-not-at-top
+from mural import data  # pylint: disable=g-import-not-at-top
 from mural import system  # pylint: disable=g-import-not-at-top
 from mural import systems  # pylint: disable=g-import-not-at-top
 from mural.data import pipeline  # pylint: disable=g-import-not-at-top
@@ -53,6 +54,7 @@ def main(argv=None) -> None:
   a = p.parse_args(argv)
   synthetic._PY_CALLS = a.py_calls  # pylint: disable=protected-access
   config = demo.get_config()
+  data.set_tensorflow_intra_op_threads(config.data.tf_intra_op_threads)  # As mural.main does.
   tasks = system.active_tasks(systems.get(config), config)
   start = time.time()
   tok = vocab.tokenizer(config, tasks, tempfile.mkdtemp())

@@ -124,6 +124,10 @@ def base_config() -> ml_collections.ConfigDict:
   # immediate: TF 2.21's autotune thread holds an iterator's deletion until its
   # next optimisation tick, up to 60 s (seen at the CPU demo's exit).
   c.data.autotune = True
+  # TensorFlow's threads inside one op (mural.main sets it; 0: TensorFlow's default, one per
+  # core). TensorFlow runs only the input, whose parallelism is tf.data's parallel calls; an
+  # op split over threads leaves them polling for work, CPU the step needs on a small host.
+  c.data.tf_intra_op_threads = 1
   # Held-out retrieval data (mural/data/eval_data.py): {name: 'synthetic'}, or
   # {name: 'flickr8k', split: 'dev', path: None, caption_sources: None, max_images: 0 (all)}.
   c.data.eval_source = dict(name="synthetic")
@@ -247,6 +251,8 @@ def _validate_data(d: ml_collections.ConfigDict) -> None:
            f"must be -1 (AUTOTUNE) or >= 1, got {d.num_parallel_calls}")
   _require(d.prefetch_batches >= 0, "data.prefetch_batches", "must be >= 0")
   _require(isinstance(d.autotune, bool), "data.autotune", f"must be True or False, got {d.autotune!r}")
+  _require(isinstance(d.tf_intra_op_threads, int) and d.tf_intra_op_threads >= 0, "data.tf_intra_op_threads",
+           f"must be an int >= 0 (0: TensorFlow's default), got {d.tf_intra_op_threads!r}")
   _require("name" in d.eval_source, "data.eval_source", f"needs a 'name', got {dict(d.eval_source)!r}")
 
 

@@ -173,6 +173,7 @@ def main(argv):
       from mural import kernels  # pylint: disable=g-import-not-at-top
       kernels.build_in_background()  # The C++ compiler, if it must run, runs beside TensorFlow's import.
     data.hide_accelerators_from_tensorflow()  # First thing once TensorFlow loads.
+    data.set_tensorflow_intra_op_threads(config.data.tf_intra_op_threads)
   from mural import describe  # pylint: disable=g-import-not-at-top
   from mural import train  # pylint: disable=g-import-not-at-top
   from mural.state import TrainingError  # pylint: disable=g-import-not-at-top

@@ -190,6 +190,11 @@ def spy(devices, device_type=None):
   print("SET_VISIBLE_DEVICES", (list(devices), device_type), flush=True)  # Before any os._exit.
   return original(devices, device_type)
 tf.config.set_visible_devices = spy
+original_threads = tf.config.threading.set_intra_op_parallelism_threads
+def spy_threads(n):
+  print("SET_INTRA_OP_THREADS", n, flush=True)
+  return original_threads(n)
+tf.config.threading.set_intra_op_parallelism_threads = spy_threads
 module = __import__(sys.argv[1], fromlist=["main"])
 sys.argv = sys.argv[1:]
 if sys.argv[0] == "mural.main":

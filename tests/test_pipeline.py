@@ -153,7 +153,8 @@ def test_autotune_option_reaches_every_dataset_a_run_iterates(tmp_path, tok, mon
     ("languages", ["en", "EN"]), ("languages", ["en", "en"]), ("language_sampling_temperature", 0.0),
     ("shuffle_buffer", -1), ("crop_area_range", (0.0, 1.0)), ("crop_area_range", (0.9, 0.5)),
     ("crop_aspect_range", (2.0, 1.0)), ("max_text_chars", 0), ("num_parallel_calls", 0),
-    ("prefetch_batches", -1), ("autotune", None), ("tasks.i2t.sources", [dict(weight=1.0)]),
+    ("prefetch_batches", -1), ("autotune", None), ("tf_intra_op_threads", -1),
+    ("tasks.i2t.sources", [dict(weight=1.0)]),
     ("tasks.t2t.sources", [dict(name="x", weight=0)]), ("tasks.t2t.batch_size", 0),
     ("tasks.i2t.learning_rate", -1.0),
 ])

@@ -285,9 +285,11 @@ def test_main_missing_data_path_is_a_clear_error_and_tensorflow_sees_no_gpu(tmp_
   """One training start for both (each imports TensorFlow: ~8 CPU-s); mural.data.convert's
   hiding is checked by test_convert's CLI run."""
   missing = tmp_path / "no_such_dir"
-  code, _, stderr = spy_on_tensorflow("mural.main", "--config=configs/flickr8k.py", f"--workdir={tmp_path / 'w'}",
-                                      MURAL_FLICKR8K_DIR=str(missing), MURAL_MULTI30K_DIR=str(missing))
+  code, stdout, stderr = spy_on_tensorflow("mural.main", "--config=configs/flickr8k.py", f"--workdir={tmp_path / 'w'}",
+                                           MURAL_FLICKR8K_DIR=str(missing), MURAL_MULTI30K_DIR=str(missing))
   assert code == 1, stderr[-2000:]
+  assert "SET_INTRA_OP_THREADS 1" in stdout, stdout  # config.data.tf_intra_op_threads, before TF starts.
+  assert "intra-op threads stay" not in stderr
   last = stderr.strip().splitlines()[-1]
   assert last.startswith("mural: error: ValueError: ") and str(missing) in last, last
   assert "Traceback" not in stderr

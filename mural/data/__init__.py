@@ -33,6 +33,25 @@ def _without_cuda_probe_lines():
       sys.stderr.flush()
 
 
+def set_tensorflow_intra_op_threads(threads: int) -> None:
+  """TensorFlow's threads inside one op (config.data.tf_intra_op_threads; 0: its default).
+
+  TensorFlow runs only the input pipeline here, whose parallelism is tf.data's parallel
+  calls. An op split over several threads leaves them polling the cores for work between
+  records, CPU the train step needs on a small host: configs/demo.py's image-text input
+  took 96 CPU-ms per batch with 1 thread, 111-138 with the default 2 (benchmarks/README.md).
+  Call it before TensorFlow runs an op; later, a warning says it did nothing.
+  """
+  import logging  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  if threads:
+    try:
+      tf.config.threading.set_intra_op_parallelism_threads(threads)
+    except RuntimeError as e:  # TensorFlow has started.
+      logging.warning("TensorFlow's intra-op threads stay at %d: %s",
+                      tf.config.threading.get_intra_op_parallelism_threads(), e)
+
+
 def hide_accelerators_from_tensorflow():
   """TensorFlow only runs the input pipeline: keep it off the GPUs/TPUs JAX uses.
 
