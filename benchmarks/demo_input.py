@@ -85,14 +85,15 @@ def _ab(a, it, config, tasks, tok) -> None:
   spec.loader.exec_module(other)
   iterators = {"this checkout": it, a.against: other.build_train_iterator(config, tasks, tok)}
   cpu = {name: [] for name in iterators}
-  for it in iterators.values():
+  for iterator in iterators.values():
     for _ in range(a.warmup):
-      next(it)
+      next(iterator)
+  order = list(iterators.items())
   for r in range(2 * a.repeats):
-    for name, it in (list(iterators.items()) if r % 2 == 0 else reversed(list(iterators.items()))):
+    for name, iterator in (order if r % 2 == 0 else order[::-1]):
       c0 = _cpu()
       for _ in range(a.batches):
-        next(it)
+        next(iterator)
       cpu[name].append((_cpu() - c0) / a.batches * 1e3)
   for name, c in cpu.items():
     print(f"{name}: median {statistics.median(c):.1f} CPU-ms per step, both tasks (rounds: "
