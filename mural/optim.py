@@ -95,6 +95,30 @@ def params_read_by(fn: Callable[..., Mapping[str, jax.Array]], params: Any, *arg
   return masks
 
 
+def scale_by_trust_ratio() -> optax.GradientTransformation:
+  """optax.scale_by_trust_ratio(): each update times ||param|| / ||update|| (1 where either is 0).
+
+  The same values, computed on all tensors at once: one sum of squares per tensor, then the
+  square roots, ratios and zero tests on a vector of them. optax's version spends two norms
+  on each norm (safe_norm) and one small kernel per scalar op and tensor: on the demo's step
+  about half of XLA's kernels, which cost compile time and per-kernel overhead on the CPU
+  (benchmarks/README.md, "LAMB's trust ratio on all tensors at once")."""
+
+  def update_fn(updates, state, params=None):
+    if params is None:
+      raise ValueError("scale_by_trust_ratio needs the params: update(updates, state, params)")
+    leaves, treedef = jax.tree.flatten(updates)
+    if not leaves:
+      return updates, state
+    sum_sq = lambda x: jnp.sum(jnp.square(x.astype(jnp.float32)))
+    param_norm = jnp.sqrt(jnp.stack([sum_sq(p) for p in treedef.flatten_up_to(params)]))
+    update_norm = jnp.sqrt(jnp.stack([sum_sq(u) for u in leaves]))
+    ratio = jnp.where((param_norm == 0) | (update_norm == 0), 1.0, param_norm / update_norm)
+    return treedef.unflatten([u * ratio[i].astype(u.dtype) for i, u in enumerate(leaves)]), state
+
+  return optax.GradientTransformation(optax.init_empty_state, update_fn)
+
+
 def lamb(learning_rate, b1: float, b2: float, eps: float, weight_decay: float,
          mask=weight_decay_mask, layer_adaptation: bool = True) -> optax.GradientTransformation:
   """LAMB (You et al. 2020) with layer adaptation only where weight decay applies.
@@ -115,7 +139,7 @@ def lamb(learning_rate, b1: float, b2: float, eps: float, weight_decay: float,
   return optax.chain(
       optax.scale_by_adam(b1=b1, b2=b2, eps=eps),
       optax.add_decayed_weights(weight_decay, mask),
-      optax.masked(optax.scale_by_trust_ratio(), mask) if layer_adaptation else optax.identity(),
+      optax.masked(scale_by_trust_ratio(), mask) if layer_adaptation else optax.identity(),
       optax.scale_by_learning_rate(learning_rate))
 
 

@@ -147,6 +147,31 @@ def test_without_layer_adaptation_it_is_adamw_with_the_same_mask():
   assert not np.allclose(lamb["kernel"], want["kernel"])
 
 
+def test_trust_ratio_on_all_tensors_at_once_matches_optax_and_numpy():
+  """optim.scale_by_trust_ratio is optax's, computed on stacked norms: the same updates, also
+  where a param or an update is all zeros (ratio 1) and under optax.masked."""
+  rng = np.random.default_rng(0)
+  params = {"a": rng.normal(size=(3, 4)), "b": np.zeros((5,)), "c": rng.normal(size=(2, 3, 2)),
+            "d": rng.normal(size=())}
+  updates = {"a": rng.normal(size=(3, 4)), "b": rng.normal(size=(5,)), "c": np.zeros((2, 3, 2)),
+             "d": rng.normal(size=())}
+  params32, updates32 = (jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), t) for t in (params, updates))
+  got, _ = optim.scale_by_trust_ratio().update(updates32, optax.EmptyState(), params32)
+  want, _ = optax.scale_by_trust_ratio().update(updates32, optax.EmptyState(), params32)
+  for k in params:
+    pn, un = np.linalg.norm(params[k]), np.linalg.norm(updates[k])
+    ratio = pn / un if pn > 0 and un > 0 else 1.0
+    np.testing.assert_allclose(got[k], updates[k] * ratio, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(got[k], want[k], rtol=1e-6, atol=0)
+  mask = {"a": True, "b": False, "c": True, "d": False}
+  tx = optax.masked(optim.scale_by_trust_ratio(), mask)
+  got, _ = tx.update(updates32, tx.init(params32), params32)
+  np.testing.assert_allclose(got["a"], want["a"], rtol=1e-6)
+  np.testing.assert_array_equal(got["b"], updates32["b"])  # Unmasked: untouched.
+  with pytest.raises(ValueError, match="needs the params"):
+    optim.scale_by_trust_ratio().update(updates32, optax.EmptyState())
+
+
 def test_zero_initialised_scalar_keeps_learning():
   """optax.lamb's trust ratio freezes a parameter that starts at 0 (ratio ~0
   after one step); the log-temperature must keep moving at ~lr per step."""
