@@ -204,6 +204,18 @@ def test_builds_at_once_compile_once(tmp_path):
   assert calls.read_text() == "run\n"
 
 
+def test_a_dead_builders_partial_file_is_removed_by_the_next_build(tmp_path):
+  """build_in_background's thread dies with its process, and its compiler may leave the partial
+  file: the next build (holding the lock, so no live builder writes one) removes it."""
+  source = tmp_path / "one.cc"
+  source.write_text('extern "C" int mural_one() { return 1; }\n')
+  cache = tmp_path / "cache"
+  cache.mkdir()
+  (cache / "tmpdead.so.tmp").write_bytes(b"half a library")
+  library = kernels.build(source, cache)
+  assert library.exists() and sorted(p.name for p in cache.iterdir()) == [library.name]
+
+
 def test_mismatched_shapes_are_a_clear_error():
   """The kernels check their operands' shapes and say which, instead of reading past them."""
   x, w = jnp.ones((2, 4, 4, 3)), jnp.ones((3, 8))

@@ -87,9 +87,12 @@ def build(source: pathlib.Path = SOURCE, directory: Optional[pathlib.Path] = Non
   if library.exists():
     return library
   directory.mkdir(parents=True, exist_ok=True)
-  with _locked(directory):
+  with _locked(directory) as exclusive:
     if library.exists():  # Built by the process that held the lock.
       return library
+    if exclusive:  # Only a lock holder writes a partial file: any left are of builders that died.
+      for stale in directory.glob("*.so.tmp"):
+        stale.unlink(missing_ok=True)
     with tempfile.NamedTemporaryFile(dir=directory, suffix=".so.tmp", delete=False) as tmp:
       partial = pathlib.Path(tmp.name)
     logging.info("Compiling %s into %s (once per machine and source).", source.name, library)
@@ -111,7 +114,8 @@ def build_in_background() -> threading.Thread:
   """Starts build() in a daemon thread and returns it, so that the compiler (15-20 s the first
   time on a machine) runs beside the caller's imports and set-up. A later build() or
   available() finds its library, or waits for it on the cache folder's lock; its errors are
-  left for them to report. A process that ends first leaves at most a *.so.tmp behind."""
+  left for them to report. A process that ends first leaves at most a *.so.tmp behind, which
+  the next build removes."""
 
   def quietly():
     try:
@@ -126,13 +130,13 @@ def build_in_background() -> threading.Thread:
 
 @contextlib.contextmanager
 def _locked(directory: pathlib.Path):
-  """An exclusive lock on `directory` (flock: released when the process ends, however). Where
-  there are no locks (a network file system without them; no fcntl, as on Windows), each
-  process builds its own copy."""
+  """An exclusive lock on `directory` (flock: released when the process ends, however); yields
+  whether it holds one. Where there are no locks (a network file system without them; no
+  fcntl, as on Windows), each process builds its own copy."""
   try:
     import fcntl  # pylint: disable=g-import-not-at-top  (POSIX only; efficientnet imports this module)
   except ImportError:
-    yield
+    yield False
     return
   fd = os.open(directory, os.O_RDONLY)
   try:
@@ -140,7 +144,9 @@ def _locked(directory: pathlib.Path):
       fcntl.flock(fd, fcntl.LOCK_EX)
     except OSError as e:
       logging.info("No lock on %s (%s): building without it.", directory, e)
-    yield
+      yield False
+    else:
+      yield True
   finally:
     os.close(fd)
 
