@@ -20,6 +20,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 from mural import config_lib  # pylint: disable=g-import-not-at-top
+from mural import data  # pylint: disable=g-import-not-at-top
 from mural import system  # pylint: disable=g-import-not-at-top
 from mural import systems  # pylint: disable=g-import-not-at-top
 from mural.data import pipeline  # pylint: disable=g-import-not-at-top
@@ -60,6 +61,7 @@ def main(argv=None) -> None:
   if not args.t2t:
     c.tasks.t2t.sources = []
   config_lib.validate(c)
+  data.set_tensorflow_intra_op_threads(c.data.tf_intra_op_threads)  # As mural.main does.
 
   with tempfile.TemporaryDirectory() as tmp:
     vocab = os.path.join(tmp, "vocab.txt")

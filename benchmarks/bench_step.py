@@ -274,10 +274,12 @@ def stream_add():
 def pipeline_rate(config, batches):
   """Median-free plain rate (samples/s) of mural's training input over `batches` batches."""
   import bench_pipeline  # pylint: disable=g-import-not-at-top
+  from mural import data  # pylint: disable=g-import-not-at-top
   from mural import system  # pylint: disable=g-import-not-at-top
   from mural import systems  # pylint: disable=g-import-not-at-top
   from mural.data import pipeline  # pylint: disable=g-import-not-at-top
   from mural.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  data.set_tensorflow_intra_op_threads(config.data.tf_intra_op_threads)  # As mural.main does.
   with tempfile.TemporaryDirectory() as tmp:
     vocab = os.path.join(tmp, "vocab.txt")
     bench_pipeline._vocab(config, vocab)  # pylint: disable=protected-access
@@ -438,7 +440,6 @@ def main(argv=None) -> None:
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from bench_convs import cpu_name  # pylint: disable=g-import-not-at-top
-  from mural import sharding  # pylint: disable=g-import-not-at-top
   from mural import system as system_lib  # pylint: disable=g-import-not-at-top
   from mural import train  # pylint: disable=g-import-not-at-top
   from mural.models import efficientnet  # pylint: disable=g-import-not-at-top
