@@ -57,10 +57,19 @@ def _tokenize(tokenizer, texts: Sequence[str], lang: int, chunk: int = 4096):
 
 
 def eval_images(images, data_config) -> np.ndarray:
-  """uint8 images ([N,H,W,3] array or a list of [H,W,3]) -> float32 [N, S, S, 3]."""
-  out = [preprocess.eval_image(tf.constant(im), data_config.eval_resize, data_config.image_size).numpy()
-         for im in images]
-  return np.stack(out).astype(np.float32)
+  """uint8 images ([N,H,W,3] array or a list of [H,W,3]) -> float32 [N, S, S, 3].
+
+  The resize and crop run as one graph for every image, whatever its size (op by op in eager
+  mode each image took ~6 ms of Python dispatch: the demo's 200, 1.2 s); the normalisation runs
+  once on them all, eagerly, as eval_image's own does (a graph may fold its division into a
+  product, which rounds differently)."""
+  size = data_config.image_size
+  crop = tf.function(lambda image: preprocess.eval_crop(image, data_config.eval_resize, size),
+                     input_signature=[tf.TensorSpec([None, None, 3], tf.uint8)], autograph=False)
+  crops = np.empty((len(images), size, size, 3), np.float32)
+  for k, image in enumerate(images):
+    crops[k] = crop(tf.constant(image)).numpy()
+  return preprocess.normalize(crops).numpy()
 
 
 def _decode_files(paths: Sequence[str]) -> List[np.ndarray]:

@@ -79,6 +79,11 @@ def eval_image(image: tf.Tensor, resize: int, size: int) -> tf.Tensor:
 
   Deterministic; `resize >= size` (validate() checks data.eval_resize).
   """
+  return normalize(eval_crop(image, resize, size))
+
+
+def eval_crop(image: tf.Tensor, resize: int, size: int) -> tf.Tensor:
+  """eval_image before its normalisation: float32 [size, size, 3] in [0, 255]."""
   shape = tf.shape(image)
   h, w = tf.cast(shape[0], tf.float64), tf.cast(shape[1], tf.float64)
   short = tf.minimum(h, w)
@@ -89,7 +94,7 @@ def eval_image(image: tf.Tensor, resize: int, size: int) -> tf.Tensor:
   top, left = (new_h - size) // 2, (new_w - size) // 2
   out = resized[top:top + size, left:left + size]
   out.set_shape([size, size, 3])
-  return normalize(out)
+  return out
 
 
 # ---- SimCLR views (Chen et al. 2020; Globetrotter's two augmentations per image) -----------
