@@ -251,7 +251,8 @@ def _validate_data(d: ml_collections.ConfigDict) -> None:
            f"must be -1 (AUTOTUNE) or >= 1, got {d.num_parallel_calls}")
   _require(d.prefetch_batches >= 0, "data.prefetch_batches", "must be >= 0")
   _require(isinstance(d.autotune, bool), "data.autotune", f"must be True or False, got {d.autotune!r}")
-  _require(isinstance(d.tf_intra_op_threads, int) and d.tf_intra_op_threads >= 0, "data.tf_intra_op_threads",
+  threads = d.tf_intra_op_threads
+  _require(isinstance(threads, int) and not isinstance(threads, bool) and threads >= 0, "data.tf_intra_op_threads",
            f"must be an int >= 0 (0: TensorFlow's default), got {d.tf_intra_op_threads!r}")
   _require("name" in d.eval_source, "data.eval_source", f"needs a 'name', got {dict(d.eval_source)!r}")
 

@@ -153,7 +153,7 @@ def test_autotune_option_reaches_every_dataset_a_run_iterates(tmp_path, tok, mon
     ("languages", ["en", "EN"]), ("languages", ["en", "en"]), ("language_sampling_temperature", 0.0),
     ("shuffle_buffer", -1), ("crop_area_range", (0.0, 1.0)), ("crop_area_range", (0.9, 0.5)),
     ("crop_aspect_range", (2.0, 1.0)), ("max_text_chars", 0), ("num_parallel_calls", 0),
-    ("prefetch_batches", -1), ("autotune", None), ("tf_intra_op_threads", -1),
+    ("prefetch_batches", -1), ("autotune", None), ("tf_intra_op_threads", -1), ("tf_intra_op_threads", True),
     ("tasks.i2t.sources", [dict(weight=1.0)]),
     ("tasks.t2t.sources", [dict(name="x", weight=0)]), ("tasks.t2t.batch_size", 0),
     ("tasks.i2t.learning_rate", -1.0),
@@ -406,6 +406,12 @@ def test_flickr8k_eval_sets(tok, flickr8k_dir):
     assert -1 <= s.images.min() and s.images.max() <= 1 and s.images.std() > 0.05
     assert s.text_ids.shape == (len(s.text_to_image), 6)
     assert s.text_to_image.max() < 6
+  for bad in (-3, 2.5):
+    c.data.eval_source = dict(name="flickr8k", path=flickr8k_dir, max_images=bad)
+    with pytest.raises(ValueError, match="max_images: must be an int >= 0"):
+      eval_data.build_eval_sets(c, tok)
+  with pytest.raises(ValueError, match="no evaluation images"):
+    eval_data.eval_images([], c.data)
 
 
 _EXIT_SCRIPT = """

@@ -63,6 +63,8 @@ def eval_images(images, data_config) -> np.ndarray:
   mode each image took ~6 ms of Python dispatch: the demo's 200, 1.2 s); the normalisation runs
   once on them all, eagerly, as eval_image's own does (a graph may fold its division into a
   product, which rounds differently)."""
+  if not len(images):  # pylint: disable=g-explicit-length-test  (a list or an array)
+    raise ValueError("no evaluation images")
   size = data_config.image_size
   crop = tf.function(lambda image: preprocess.eval_crop(image, data_config.eval_resize, size),
                      input_signature=[tf.TensorSpec([None, None, 3], tf.uint8)], autograph=False)
@@ -121,6 +123,9 @@ def flickr8k_eval_sets(config, tokenizer) -> Tuple[List[EvalSet], List[Translati
   if not languages:
     raise ValueError(f"config.data.eval_source: none of Flickr8k's languages {flickr8k.LANGUAGES} "
                      f"is in config.data.languages {list(config.data.languages)}")
+  if not isinstance(cfg["max_images"], int) or isinstance(cfg["max_images"], bool) or cfg["max_images"] < 0:
+    raise ValueError(f"config.data.eval_source.max_images: must be an int >= 0 (0: all), "
+                     f"got {cfg['max_images']!r}")
   data = flickr8k.eval_data(cfg["split"], languages, cfg["path"], cfg["caption_sources"])
   n = len(data.images) if not cfg["max_images"] else min(cfg["max_images"], len(data.images))
   images = eval_images(_decode_files(data.images[:n]), config.data)
