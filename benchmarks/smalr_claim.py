@@ -119,11 +119,11 @@ def main():
     print(f"{lang:<6}" + "".join(f"{mr[v]:12.1f}" for v in variants) + f"{mr['smalr'] - mr['full_vocab']:+12.1f}")
   mean = {v: results[v]["mean/mR"] for v in variants}
   print(f"{'mean':<6}" + "".join(f"{mean[v]:12.1f}" for v in variants) + f"{mean['smalr'] - mean['full_vocab']:+12.1f}")
-  print(f"\nCross-lingual consistency, mean mR over languages on the 100 scenes CLC-C does not train on:")
+  print("\nCross-lingual consistency, mean mR over languages on the 100 scenes CLC-C does not train on:")
   print(f"{'query':<8}" + "".join(f"{v:>12}" for v in variants))
   for name in ("one", "clc-a", "clc-c"):
     print(f"{name:<8}" + "".join(f"{results[v][f'clc/{name}_mR']:12.1f}" for v in variants))
-  print(f"\nText-side parameters (describe): word tables / whole text tower")
+  print("\nText-side parameters (describe): word tables / whole text tower")
   for v in variants:
     print(f"{v:<12}{params[v][0]:>10,}{params[v][1]:>12,}")
   print(f"{'smalr/full':<12}{params['smalr'][0] / params['full_vocab'][0]:>10.1%}"

@@ -194,7 +194,6 @@ def tokenizer(config, tasks: Sequence, workdir: str, learn_missing: bool = True)
 
 def learn(config, tasks: Sequence, workdir: str) -> str:
   """workdir/words.json from the tasks' training text, unless it exists. Touches no JAX device."""
-  from mural.data import vocab  # pylint: disable=g-import-not-at-top  (vocab imports this module)
   if config.data.get("word_vocab_path", ""):
     return config.data.word_vocab_path
   path = epath.Path(workdir) / FILE_NAME
