@@ -169,8 +169,9 @@ def main(argv):
       _fail(2, "--devices: only for --mode=plan")
     _use_fake_cpu_devices(_DEVICES.value)
   if _MODE.value not in ("describe", "plan"):  # These build the model and step alone: no TensorFlow.
-    if config.model.image.conv_impl in ("auto", "native"):
-      from mural import kernels  # pylint: disable=g-import-not-at-top
+    from mural import kernels  # pylint: disable=g-import-not-at-top
+    impl = config.model.image.conv_impl
+    if impl == "native" or (impl == "auto" and kernels.cpu_backend_expected()):
       kernels.build_in_background()  # The C++ compiler, if it must run, runs beside TensorFlow's import.
     data.hide_accelerators_from_tensorflow()  # First thing once TensorFlow loads.
     data.set_tensorflow_intra_op_threads(config.data.tf_intra_op_threads)

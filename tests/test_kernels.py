@@ -216,6 +216,29 @@ def test_a_dead_builders_partial_file_is_removed_by_the_next_build(tmp_path):
   assert library.exists() and sorted(p.name for p in cache.iterdir()) == [library.name]
 
 
+@pytest.mark.parametrize("platforms, libtpu, plugins, expected", [
+    ("", False, False, True),  # A CPU-only host: nothing but jaxlib.
+    ("", True, False, False),  # A TPU VM: libtpu installed.
+    ("", False, True, False),  # A GPU host: a PJRT plugin under jax_plugins.
+    ("cpu", True, True, True),  # JAX_PLATFORMS decides, whatever is installed.
+    ("cuda,cpu", False, False, False),
+    ("tpu", False, False, False),
+])
+def test_cpu_backend_expected_without_starting_a_backend(monkeypatch, platforms, libtpu, plugins,
+                                                         expected):
+  """mural.main starts the kernels' build early only on hosts whose JAX will run on the CPU;
+  a GPU or TPU host (conv_impl 'auto' runs XLA's convs there) compiles nothing."""
+  monkeypatch.setenv("JAX_PLATFORMS", platforms)
+  monkeypatch.delenv("TPU_LIBRARY_PATH", raising=False)
+  real_find_spec = kernels.importlib.util.find_spec
+  monkeypatch.setattr(kernels.importlib.util, "find_spec", lambda name: (
+      object() if name == "libtpu" and libtpu else None if name in ("libtpu", "jax_plugins")
+      else real_find_spec(name)))
+  monkeypatch.setattr(kernels.importlib.metadata, "entry_points",
+                      lambda group: ["jax_cuda12_plugin"] if plugins and group == "jax_plugins" else [])
+  assert kernels.cpu_backend_expected() is expected
+
+
 def test_mismatched_shapes_are_a_clear_error():
   """The kernels check their operands' shapes and say which, instead of reading past them."""
   x, w = jnp.ones((2, 4, 4, 3)), jnp.ones((3, 8))

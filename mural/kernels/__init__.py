@@ -23,6 +23,8 @@ import contextlib
 import ctypes
 import functools
 import hashlib
+import importlib.metadata
+import importlib.util
 import os
 import pathlib
 import platform
@@ -108,6 +110,19 @@ def build(source: pathlib.Path = SOURCE, directory: Optional[pathlib.Path] = Non
     finally:
       partial.unlink(missing_ok=True)
   return library
+
+
+def cpu_backend_expected() -> bool:
+  """Whether JAX will run on this host's CPU, judged without starting a backend (which on a pod
+  must wait for jax.distributed.initialize): JAX_PLATFORMS names the CPU first, or it is unset
+  and no accelerator is installed (libtpu, a PJRT plugin under `jax_plugins`). It only decides
+  whether mural.main starts the kernels' build early; conv_impl 'auto' asks the backend itself."""
+  platforms = os.environ.get("JAX_PLATFORMS", "").strip()
+  if platforms:
+    return platforms.split(",")[0].strip() == "cpu"
+  if os.environ.get("TPU_LIBRARY_PATH") or importlib.util.find_spec("libtpu"):
+    return False
+  return not (importlib.util.find_spec("jax_plugins") or importlib.metadata.entry_points(group="jax_plugins"))
 
 
 def build_in_background() -> threading.Thread:
