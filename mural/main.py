@@ -117,6 +117,17 @@ def _init_distributed(config, workdir: str):
   _DISTRIBUTED = True
 
 
+def _start_backend() -> None:
+  """Starts JAX's backend (after jax.distributed, which must come first): a platform this host
+  lacks (JAX_PLATFORMS=tpu or cuda without one) is one line, not a traceback from the first
+  JAX call deep in the trainer."""
+  import jax  # pylint: disable=g-import-not-at-top
+  try:
+    jax.devices()
+  except RuntimeError as e:
+    _fail(2, f"JAX cannot start a backend here: {_one_line(str(e))}")
+
+
 def _config_error(e: BaseException) -> str:
   """A config file that failed to load, as '--config: FILE:LINE: Error: message'."""
   if isinstance(e, SyntaxError) and e.filename:
@@ -191,6 +202,7 @@ def main(argv):
     if _MODE.value == "export" and _multi_process():
       _fail(2, "--mode=export runs as one process (it reads a checkpoint of any process count)")
     _init_distributed(config, _WORKDIR.value)
+    _start_backend()
     if _MODE.value == "train":
       _TRAINING = True
       train.train_and_evaluate(config, _WORKDIR.value)

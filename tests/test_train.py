@@ -373,3 +373,25 @@ def test_config_mistakes_are_reported_before_tensorflow_and_jax_load(args):
                      timeout=60)
   assert r.stdout.strip().splitlines()[-1] == "EXIT 2 False False", r.stdout[-1000:] + r.stderr[-1000:]
   assert r.stderr.strip().splitlines()[-1].startswith("mural: error: ")
+
+
+def test_a_backend_this_host_lacks_is_one_line_exit_2(monkeypatch, capsys):
+  """JAX_PLATFORMS naming a platform the host lacks (tpu, cuda): JAX raises a RuntimeError at its
+  first call (checked by hand: `JAX_PLATFORMS=tpu python -m mural.main ...` exits 2 with the
+  line below); mural.main starts the backend itself and says so in one line."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from mural import main  # pylint: disable=g-import-not-at-top  (its absl flags: this test only)
+
+  def no_tpu():
+    raise RuntimeError("Unable to initialize backend 'tpu': INTERNAL: Failed to open libtpu.so\n"
+                       "(set JAX_PLATFORMS='' to automatically choose an available backend)")
+
+  monkeypatch.setattr(jax, "devices", no_tpu)
+  with pytest.raises(SystemExit) as exit_info:
+    main._start_backend()  # pylint: disable=protected-access
+  assert exit_info.value.code == 2
+  assert capsys.readouterr().err.strip().splitlines() == [
+      "mural: error: JAX cannot start a backend here: Unable to initialize backend 'tpu': INTERNAL: "
+      "Failed to open libtpu.so (set JAX_PLATFORMS='' to automatically choose an available backend)"]
+  monkeypatch.undo()
+  main._start_backend()  # pylint: disable=protected-access  (this host's CPU: nothing to say)
