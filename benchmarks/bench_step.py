@@ -1,7 +1,7 @@
 """Samples/s, MFU and peak memory of mural's production train step (issue 9).
 
 Why: the step is what training spends its time on; this times the function
-`mural.train.make_train_step` returns, built from a config through
+`mural.step.make_train_step` returns, built from a config through
 `mural.train.build` and jitted with the shardings and donation training uses,
 on random inputs. Nothing of the step is re-implemented here.
 

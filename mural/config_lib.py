@@ -90,7 +90,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.optim.eps = 1e-6
   c.optim.grad_clip_norm = ml_collections.FieldReference(None, float)  # None: no clipping.
   # Micro-batches per update (a scan inside the step), accumulated as
-  # grad_accum_mode says (GRAD_ACCUM_MODES; mural/train.py): 'cached' (GradCache:
+  # grad_accum_mode says (GRAD_ACCUM_MODES; mural/step.py): 'cached' (GradCache:
   # every loss over the whole batch, so a contrastive loss keeps all
   # batch_size negatives; one extra forward) or 'independent' (each micro-batch
   # its own loss with batch_size / grad_accum_steps negatives).
@@ -214,7 +214,7 @@ def base_config() -> ml_collections.ConfigDict:
 _DTYPES = ("float32", "bfloat16")
 _HEAD_KINDS = ("dense", "mlp")
 REMAT_POLICIES = ("none", "full", "dots")  # mural/models/remat.py maps each to a JAX policy.
-GRAD_ACCUM_MODES = ("cached", "independent")  # mural/train.py: make_grad_fn.
+GRAD_ACCUM_MODES = ("cached", "independent")  # mural/step.py: make_grad_fn.
 
 
 def require(ok: bool, field: str, message: str):

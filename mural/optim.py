@@ -6,7 +6,7 @@ loss sum cannot express that: LAMB normalises each layer's update, so scaling
 one task's loss does not scale its step. The design here, for any system:
 
   * the train step differentiates each task's loss term separately (one
-    jax.grad per task; train.make_grad_fn);
+    jax.grad per task; step.make_grad_fn);
   * each task's gradient goes through its own LAMB (`lamb`: optax's LAMB
     chain), with its own Adam moments and its own warm-up/decay schedule
     peaking at that task's rate (`Task.learning_rate`);

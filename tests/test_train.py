@@ -23,6 +23,7 @@ from mural import checkpointing
 from mural import config_lib
 from mural import optim
 from mural import system
+from mural import step as step_lib
 from mural import train
 from mural.state import TrainingError
 
@@ -206,8 +207,8 @@ def accumulation(tiny_vocab):
   state = jax.jit(setup.init)(jax.random.PRNGKey(0))
   batch = {name: _random_batch(shapes) for name, shapes in system.batch_shapes(setup.tasks, config).items()}
   batch["i2t"]["image"][1::2] = batch["i2t"]["image"][0::2]
-  single = jax.jit(train.make_grad_fn(setup.model, setup.tasks, 1, setup.mesh, setup.rules))
-  grad_fn = lambda mode: jax.jit(train.make_grad_fn(setup.model, setup.tasks, 2, setup.mesh, setup.rules, mode))
+  single = jax.jit(step_lib.make_grad_fn(setup.model, setup.tasks, 1, setup.mesh, setup.rules))
+  grad_fn = lambda mode: jax.jit(step_lib.make_grad_fn(setup.model, setup.tasks, 2, setup.mesh, setup.rules, mode))
   return setup, state, batch, jax.random.PRNGKey(3), single, grad_fn
 
 
