@@ -110,8 +110,8 @@ def main():
 
   import jax  # pylint: disable=g-import-not-at-top
   from mural import system, systems, train  # pylint: disable=g-import-not-at-top
-  from mural.data import vocab, word_vocab  # pylint: disable=g-import-not-at-top
-  vocab.RECORDS_PER_SOURCE = 2000  # Per source: the grammars' ~200 words are all seen long before.
+  from mural.data import training_text, word_vocab  # pylint: disable=g-import-not-at-top
+  training_text.RECORDS_PER_SOURCE = 2000  # Per source: the grammars' ~200 words are all seen long before.
   jax.config.update("jax_compilation_cache_dir", os.path.join(args.workdir, "jax_cache"))
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
   start = time.time()

@@ -34,8 +34,8 @@ def main():
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   from mural import checkpointing, config_lib, system, systems, train  # pylint: disable=g-import-not-at-top
-  from mural.data import pipeline, vocab, word_vocab  # pylint: disable=g-import-not-at-top
-  vocab.RECORDS_PER_SOURCE = 2000
+  from mural.data import pipeline, training_text, vocab, word_vocab  # pylint: disable=g-import-not-at-top
+  training_text.RECORDS_PER_SOURCE = 2000
   claim_args = argparse.Namespace(seed=args.seed, backbone_workdir=args.backbone_workdir, rich=1000, scarce=200,
                                   rich_pairs=1000, steps=args.steps, eval_every=args.steps, patience=1)
   os.makedirs(args.workdir, exist_ok=True)

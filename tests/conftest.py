@@ -114,14 +114,14 @@ def tiny_config(vocab_path: str = "", languages=("en", "de", "sw"), **overrides)
 def learn_vocab(workdir) -> str:
   """A wordpiece vocab learned from the tiny config's training text (1000 records per source)."""
   from mural import system, systems  # pylint: disable=g-import-not-at-top
-  from mural.data import vocab  # pylint: disable=g-import-not-at-top
+  from mural.data import training_text, vocab  # pylint: disable=g-import-not-at-top
   config = tiny_config()
-  saved, vocab.RECORDS_PER_SOURCE = vocab.RECORDS_PER_SOURCE, 1000
+  saved, training_text.RECORDS_PER_SOURCE = training_text.RECORDS_PER_SOURCE, 1000
   try:
     tasks = system.active_tasks(systems.get(config), config)
     return vocab.tokenizer(config, tasks, str(workdir)).vocab_path
   finally:
-    vocab.RECORDS_PER_SOURCE = saved
+    training_text.RECORDS_PER_SOURCE = saved
 
 
 def jit_vjp(f, args, cotangent):

@@ -27,6 +27,7 @@ from mural import system
 from mural import systems
 from mural import train
 from mural.data import pipeline
+from mural.data import training_text
 from mural.data import vocab
 from mural.data import word_vocab
 from mural.models import word_lstm
@@ -280,12 +281,12 @@ def test_draw_by_weight_draws_each_task_in_proportion():
 def words_file(tmp_path_factory):
   """One union vocabulary (learned from 200 records per source) copied into every run's workdir."""
   c = tiny_kadar_config()
-  saved, vocab.RECORDS_PER_SOURCE = vocab.RECORDS_PER_SOURCE, 200
+  saved, training_text.RECORDS_PER_SOURCE = training_text.RECORDS_PER_SOURCE, 200
   try:
     workdir = tmp_path_factory.mktemp("words")
     return word_vocab.learn(c, system.active_tasks(kadar.SYSTEM, c), str(workdir))
   finally:
-    vocab.RECORDS_PER_SOURCE = saved
+    training_text.RECORDS_PER_SOURCE = saved
 
 
 def test_each_c2i_batch_is_one_language(words_file):

@@ -21,6 +21,7 @@ from mural import losses
 from mural import system
 from mural import systems
 from mural import train
+from mural.data import training_text
 from mural.data import vocab
 from mural.data import word_vocab
 from mural.models import multilingual
@@ -342,12 +343,12 @@ def test_ablations_are_config_values(name, tasks, branches, classifier):
 def words_file(tmp_path_factory):
   """One word vocabulary (learned from 200 records per source) copied into every run's workdir."""
   c = tiny_mule_config()
-  saved, vocab.RECORDS_PER_SOURCE = vocab.RECORDS_PER_SOURCE, 200
+  saved, training_text.RECORDS_PER_SOURCE = training_text.RECORDS_PER_SOURCE, 200
   try:
     workdir = tmp_path_factory.mktemp("words")
     return word_vocab.learn(c, system.active_tasks(mule.SYSTEM, c), str(workdir))
   finally:
-    vocab.RECORDS_PER_SOURCE = saved
+    training_text.RECORDS_PER_SOURCE = saved
 
 
 def _workdir(tmp_path_factory, name, words_file):

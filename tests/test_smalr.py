@@ -23,7 +23,7 @@ from mural import metrics
 from mural import system
 from mural import systems
 from mural import train
-from mural.data import vocab
+from mural.data import training_text
 from mural.data import word_vocab
 from mural.models import hem
 from mural.systems import smalr
@@ -393,11 +393,11 @@ def test_describe_counts_the_hybrid_vocabulary():
 @pytest.fixture(scope="module")
 def words_file(tmp_path_factory):
   c = tiny_smalr_config()
-  saved, vocab.RECORDS_PER_SOURCE = vocab.RECORDS_PER_SOURCE, 200
+  saved, training_text.RECORDS_PER_SOURCE = training_text.RECORDS_PER_SOURCE, 200
   try:
     return word_vocab.learn(c, system.active_tasks(smalr.SYSTEM, c), str(tmp_path_factory.mktemp("words")))
   finally:
-    vocab.RECORDS_PER_SOURCE = saved
+    training_text.RECORDS_PER_SOURCE = saved
 
 
 def _workdir(tmp_path_factory, name, words_file):

@@ -2,7 +2,7 @@
 
 The text comes from every active task's training sources (its record kind's
 text fields: captions, both sides of translation pairs), up to
-RECORDS_PER_SOURCE records each. Process 0 learns it into workdir/vocab.txt;
+training_text.RECORDS_PER_SOURCE records each. Process 0 learns it into workdir/vocab.txt;
 the others wait for it.
 """
 
@@ -17,37 +17,13 @@ from jax.experimental import multihost_utils
 import tensorflow as tf
 
 from mural import config_lib
-from mural.data import records
-from mural.data import sources
 from mural.data import tokenizer as tokenizer_lib
-
-# Records read per training source to learn a vocab when none is configured.
-RECORDS_PER_SOURCE = 10_000
-_READ_BATCH = 1024
-
-
-def training_records(config, tasks: Sequence) -> Iterator[tuple]:
-  """(task, {field: value}) for the first RECORDS_PER_SOURCE records of each task's sources,
-  holding the text fields and their language fields only.
-
-  Read in batches of the text fields: a tf.data element per record costs more than the record
-  (the demo's 20k records: 26 s one by one, images included)."""
-  for task in tasks:
-    fields = set(task.input.text_fields) | {f for pair in getattr(task.input, "text_langs", ()) for f in pair}
-    for sc in task.sources:
-      ds = task.input.table[sc["name"]](dict(sc), "train", 0, 1, config=config)
-      if isinstance(ds, sources.Endless):
-        ds = (ds.open_text_at or ds.open_at)(0)
-      texts = ds.take(RECORDS_PER_SOURCE).map(lambda r: {f: r[f] for f in fields}).batch(_READ_BATCH)
-      texts = texts.with_options(records.run_options(config.data))  # Its deletion need not wait.
-      for batch in texts.as_numpy_iterator():
-        for i in range(len(next(iter(batch.values())))):
-          yield task, {f: v[i] for f, v in batch.items()}
-
+from mural.data import training_text
+from mural.data import word_vocab
 
 def training_texts(config, tasks: Sequence) -> Iterator[str]:
-  """Text fields of the first RECORDS_PER_SOURCE records of each task's sources."""
-  for task, record in training_records(config, tasks):
+  """Text fields of the first training_text.RECORDS_PER_SOURCE records of each task's sources."""
+  for task, record in training_text.training_records(config, tasks):
     for f in task.input.text_fields:
       yield record[f].decode("utf-8", "replace")
 
@@ -61,7 +37,6 @@ def learn(config, tasks: Sequence, workdir: str) -> str:
   the processes connect (mural/main.py), so no peer waits on it in a collective.
   """
   if _kind(config) == "words":
-    from mural.data import word_vocab  # pylint: disable=g-import-not-at-top
     return word_vocab.learn(config, tasks, workdir)
   path = epath.Path(workdir) / "vocab.txt"
   if not path.exists():
@@ -94,7 +69,6 @@ def tokenizer(config, tasks: Sequence, workdir: str, learn_missing: bool = True)
   """config.data.vocab_path, else workdir/vocab.txt (learned from the tasks' text once, by process 0);
   per-language words when config.data.tokenizer is 'words'."""
   if _kind(config) == "words":
-    from mural.data import word_vocab  # pylint: disable=g-import-not-at-top
     return word_vocab.tokenizer(config, tasks, workdir, learn_missing)
   path = config.data.vocab_path
   if not path:

@@ -27,7 +27,7 @@ no language index.
 
 The text comes from every active task's training sources (the record kind's
 `text_langs`: which language field names each text field's language), up to
-vocab.RECORDS_PER_SOURCE records each; process 0 writes workdir/words.json.
+training_text.RECORDS_PER_SOURCE records each; process 0 writes workdir/words.json.
 """
 
 import collections
@@ -42,6 +42,7 @@ from tensorflow_text.python.ops.bert_tokenizer import BasicTokenizer
 
 from mural import config_lib
 from mural.data import tokenizer as wordpiece
+from mural.data import training_text
 
 PAD, UNK = 0, 1  # Offsets inside each language's block.
 FIRST_WORD = 2
@@ -57,13 +58,12 @@ def split_words(texts: tf.Tensor) -> tf.RaggedTensor:
 
 
 def training_texts(config, tasks: Sequence) -> Iterator[Tuple[str, bytes]]:
-  """(language code, text) of the records the wordpiece vocab learns from too (vocab.training_records)."""
-  from mural.data import vocab  # pylint: disable=g-import-not-at-top  (vocab imports this module)
+  """(language code, text) of the records the wordpiece vocab learns from too (training_text)."""
   for task in tasks:
     if not getattr(task.input, "text_langs", ()):
       raise ValueError(f"task {task.name!r}: record kind {task.input.name!r} names no language per "
                        f"text field (text_langs), which a per-language word vocabulary needs")
-  for task, record in vocab.training_records(config, tasks):
+  for task, record in training_text.training_records(config, tasks):
     for text_field, lang_field in task.input.text_langs:
       yield record[lang_field].decode().strip().lower(), record[text_field]
 
