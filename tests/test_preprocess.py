@@ -79,6 +79,8 @@ def test_eval_images_of_any_sizes_are_eval_image_bit_for_bit():
   want = np.stack([preprocess.eval_image(tf.constant(im), resize=24, size=20).numpy() for im in images])
   assert got.dtype == np.float32
   np.testing.assert_array_equal(got, want)
+  with pytest.raises(ValueError, match="no evaluation images"):
+    eval_data.eval_images([], data_config)
 
 
 def test_train_image_full_area_crop_is_a_resize_and_flip_mirrors():

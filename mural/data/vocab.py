@@ -21,6 +21,7 @@ from mural.data import tokenizer as tokenizer_lib
 from mural.data import training_text
 from mural.data import word_vocab
 
+
 def training_texts(config, tasks: Sequence) -> Iterator[str]:
   """Text fields of the first training_text.RECORDS_PER_SOURCE records of each task's sources."""
   for task, record in training_text.training_records(config, tasks):
