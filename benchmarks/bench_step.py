@@ -46,19 +46,23 @@ What it prints:
                  with 'native' (mural's C++ kernels, custom calls XLA cannot
                  see into) it is the same step written in XLA ops ('fast'),
                  lowered but not compiled, and the kernel-free count is
-                 printed beside it;
+                 printed beside it; on a GPU, where XLA leaves the convolutions
+                 it hands to cuDNN out of the compiled step's count and gives 0
+                 for an unoptimised module (seen on an H200, jax 0.11.2), it is
+                 the same step (the implementations the GPU resolved to) lowered
+                 on the CPU backend in a child process (--count_flops), and the
+                 GPU's own count is printed beside it;
                  '3 x forward GFLOP' (cost analysis of the step's forward and
                  losses before optimisation, times 3) is printed as a cross-check.
                  Both count dropout's random bits (threefry's integer ops) as
-                 FLOPs: at the defaults 189.8 GFLOP, 172.6 with --no_dropout;
+                 FLOPs: at the defaults 169.8 GFLOP, 169.2 with --no_dropout
+                 (`--count_flops` prints the count alone in ~10 s: nothing is
+                 allocated or compiled);
   GFLOP/s, MFU   XLA GFLOP / median step time, and its ratio to the peak: an f32
-                 [4096, 4096] @ [4096, 4096] jnp.dot timed in this same run on
-                 CPU, right after the timed steps (as many times), median; or
-                 --peak_gflops (a datasheet figure) when given (use it on a GPU).
-                 On a GPU both FLOP counts fall short: XLA leaves its cuDNN
-                 convolutions (custom calls) out of the count, and the
-                 unoptimised forward gave 0 (seen on an H200, jax 0.11.2);
-                 compare samples/s with bench_open_clip.py --device=cuda there;
+                 [4096, 4096] @ [4096, 4096] jnp.dot timed in this same run,
+                 right after the timed steps (as many times), median (on a GPU
+                 at the backend's default matmul precision); or
+                 --peak_gflops (a datasheet figure) when given;
                  With --dtype=bfloat16 a bf16 matmul is timed too;
   bandwidth      XLA's bytes accessed by one step (cost_analysis()['bytes
                  accessed']: every op's operands and results, each op's data
@@ -102,6 +106,7 @@ import os
 import re
 import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -146,6 +151,9 @@ def parse_args(argv):
   p.add_argument("--peak_gflops", type=float, default=None,
                  help="peak FLOP/s (GFLOP/s) to divide by, e.g. a GPU's datasheet figure; "
                       "default: the matmul measured here")
+  p.add_argument("--count_flops", action="store_true",
+                 help="print the step's FLOPs by XLA's cost analysis of its unoptimised HLO on this "
+                      "backend (lowered, not compiled) as one JSON line, and exit")
   p.add_argument("--pipeline_batches", type=int, default=20, help="timed input batches; 0: skip")
   p.add_argument("--profile", default="", help="directory for a jax.profiler trace of --profile_steps steps")
   p.add_argument("--top", type=int, default=25, help="ops listed by --profile")
@@ -219,6 +227,43 @@ def xla_cost(compiled_or_lowered, key="flops") -> float:
   cost = compiled_or_lowered.cost_analysis()
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
   return float(cost.get(key, 0.0)) if cost else 0.0
+
+
+def countable_config(config, impl):
+  """`config` with mural's C++ kernels (custom calls XLA cannot see into) as the same maths in
+  XLA ops ('fast'), so that XLA's cost analysis counts every FLOP; else `config` itself."""
+  if impl != "native":
+    return config
+  config = config.copy_and_resolve_references()
+  config.model.image.conv_impl = "fast"
+  return config
+
+
+def lowered_flops(setup, config):
+  """(FLOPs of one step, of its forward and losses) by XLA's cost analysis of the unoptimised
+  HLO: lowered on abstract inputs of the step's layout, not compiled."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from mural import system as system_lib  # pylint: disable=g-import-not-at-top
+  from mural import train  # pylint: disable=g-import-not-at-top
+  batch = {t.name: t.shapes(config) for t in setup.tasks}
+  state = setup.abstract_state
+  step = xla_cost(train.jit_train_step(setup).lower(state, batch))
+  fwd = jax.jit(lambda p, bs, b, r: system_lib.task_losses(setup.model, setup.tasks, p, bs, b, r)[0])
+  return step, xla_cost(fwd.lower(state.params, state.batch_stats, batch, jax.random.key(0)))
+
+
+def flops_counted_on_cpu(argv, impl, norm):
+  """lowered_flops of this run's step (the implementations this backend resolved to) counted by
+  the CPU backend, in a child process: on a GPU, XLA's cost analysis leaves the convolutions it
+  hands to cuDNN out of the compiled step's count and gives 0 for an unoptimised module."""
+  cmd = [sys.executable, os.path.abspath(__file__), *argv, f"--conv_impl={impl}",
+         f"--norm_impl={norm}", "--count_flops"]
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+  if out.returncode:
+    raise RuntimeError(f"counting the step's FLOPs on the CPU failed:\n{out.stderr[-3000:]}")
+  counted = json.loads(out.stdout.strip().splitlines()[-1])
+  return counted["flops"], counted["fwd_flops"]
 
 
 def peak_rss_bytes() -> int:
@@ -440,7 +485,6 @@ def main(argv=None) -> None:
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from bench_convs import cpu_name  # pylint: disable=g-import-not-at-top
-  from mural import system as system_lib  # pylint: disable=g-import-not-at-top
   from mural import train  # pylint: disable=g-import-not-at-top
   from mural.models import efficientnet  # pylint: disable=g-import-not-at-top
 
@@ -460,6 +504,12 @@ def main(argv=None) -> None:
         f"{args.image_size}x{args.image_size} px; {args.optimizer}; dropout: text "
         f"{config.model.text.dropout_rate}, image head {head_dropout}, "
         f"drop-connect {config.model.image.stochastic_depth_rate}")
+
+  if args.count_flops:  # Abstract shapes only: no state allocated, nothing compiled.
+    step_flops, fwd_flops = lowered_flops(train.build(countable_config(config, impl)), config)
+    print(json.dumps({"backend": jax.default_backend(), "conv_impl": impl, "norm_impl": norm,
+                      "flops": step_flops, "fwd_flops": fwd_flops}))
+    return
 
   # ---- The production step, built as train_and_evaluate builds it. --------
   setup = train.build(config)
@@ -501,21 +551,16 @@ def main(argv=None) -> None:
     for k, timed in probes.items():
       probe_times[k].append(timed())
   # The analyses after the peak is read, so that their traces are not counted in it.
-  xla_flops = xla_cost(compiled)
-  # XLA's cost analysis cannot see into custom calls: with the C++ kernels ('native') the
-  # FLOPs are those of the same step written in XLA ops ('fast'), unoptimised (lowered only).
-  counted = setup
-  if impl == "native":
-    config_xla = config.copy_and_resolve_references()
-    config_xla.model.image.conv_impl = "fast"
-    counted = train.build(config_xla)
-    kernel_free_flops = xla_flops
-    xla_flops = xla_cost(train.jit_train_step(counted).lower(state, batch))
+  compiled_flops = xla_flops = xla_cost(compiled)
+  # The cross-check: 3 x the forward (+ losses) FLOPs, from the unoptimised HLO (no compile).
+  if jax.default_backend() != "cpu":  # Both counts fall short here (flops_counted_on_cpu).
+    xla_flops, fwd_flops = flops_counted_on_cpu(sys.argv[1:] if argv is None else argv, impl, norm)
+  elif impl == "native":  # The C++ kernels' FLOPs, as the same step in XLA ops, lowered.
+    xla_flops, fwd_flops = lowered_flops(train.build(countable_config(config, impl)), config)
+  else:
+    _, fwd_flops = lowered_flops(setup, config)
   xla_bytes = xla_cost(compiled, "bytes accessed")
   mem = compiled.memory_analysis()
-  # Cross-check: 3 x the forward (+ losses) FLOPs, from the unoptimised HLO (no compile).
-  fwd = jax.jit(lambda p, bs, b, r: system_lib.task_losses(counted.model, counted.tasks, p, bs, b, r)[0])
-  fwd_flops = xla_cost(fwd.lower(state.params, state.batch_stats, batch, jax.random.key(0)))
   loss = float(metrics["loss"])
   step_s = statistics.median(times)
   samples_s = args.batch / step_s
@@ -545,10 +590,11 @@ def main(argv=None) -> None:
   peak = args.peak_gflops * 1e9 if args.peak_gflops else mm_rate
   rate = xla_flops / step_s
   if jax.default_backend() != "cpu":
-    print("note: XLA's cost analysis leaves out convolutions it hands to a library (cuDNN's custom "
-          "calls): the GFLOP and MFU below undercount on this backend")
-  if impl == "native":
-    print(f"XLA GFLOP/step: {kernel_free_flops / 1e9:.1f} without the C++ kernels' FLOPs (custom "
+    print(f"XLA GFLOP/step: {compiled_flops / 1e9:.1f} by this backend's cost analysis, which leaves "
+          "out the convolutions it hands to a library (cuDNN); below, the same step counted by the "
+          "CPU backend (unoptimised, in a child process)")
+  elif impl == "native":
+    print(f"XLA GFLOP/step: {compiled_flops / 1e9:.1f} without the C++ kernels' FLOPs (custom "
           "calls XLA cannot see into); below, the same step in XLA ops ('fast', unoptimised)")
   print(f"XLA GFLOP/step: {xla_flops / 1e9:.1f} (3 x forward GFLOP: {3 * fwd_flops / 1e9:.1f}); "
         f"achieved {rate / 1e9:.1f} GFLOP/s; MFU {rate / peak:.1%} of "
@@ -594,7 +640,8 @@ def main(argv=None) -> None:
       "rss_after_compile_gib": round(rss_compiled / 2**30, 3),
       "device_peak_gib": round(device_peak / 2**30, 3) if device_peak is not None else None,
       "xla_temp_gib": round(mem.temp_size_in_bytes / 2**30, 3) if mem is not None else None,
-      "xla_gflop": round(xla_flops / 1e9, 2), "fwd3_gflop": round(3 * fwd_flops / 1e9, 2),
+      "xla_gflop": round(xla_flops / 1e9, 2), "compiled_gflop": round(compiled_flops / 1e9, 2),
+      "fwd3_gflop": round(3 * fwd_flops / 1e9, 2),
       "gflops": round(rate / 1e9, 2), "matmul_f32_gflops": round(mm_rate / 1e9, 2), **result_bw,
       "matmul_s_all": [round(t, 4) for t in probe_times["f32"]],
       "peak_gflops": round(peak / 1e9, 2), "mfu": round(rate / peak, 4),

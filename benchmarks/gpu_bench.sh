@@ -7,7 +7,7 @@
 #
 # Runs, in order, each skipped when less than PER_RUN seconds of BUDGET are left:
 # bench_step.py with the GPU's `auto` implementations (XLA's convolutions, flax batch
-# norm) in f32 and bf16; open_clip stock and channels_last in f32 and channels_last
+# norm) in f32 (batch 128, then 1024) and bf16; open_clip stock and channels_last in f32 and channels_last
 # with bf16 autocast; bench_step.py with the CPU's fast/fused implementations in f32.
 # On an H200 (one session, jax 0.11.2) the f32 `auto` run took 119 s in all (60.7 s of
 # compile) and bf16 more than 170 s: give each run 240 s or more.
@@ -30,10 +30,11 @@ run() {  # name, script, args...
   echo "exit $?"
   cat "$OUT/$name.tmp" >> "$OUT/full.log"
   grep '^{' "$OUT/$name.tmp" | sed "s/^{/{\"run\": \"$name\", /" >> "$OUT/results.jsonl"
-  grep -E "^(samples/s|step:|device memory|params|\[)|Error" "$OUT/$name.tmp" | tail -8
+  grep -E "^(samples/s|step:|device memory|params|XLA GFLOP|matmul|\[)|Error" "$OUT/$name.tmp" | tail -10
   rm -f "$OUT/$name.tmp"
 }
 run mural_f32 bench_step.py --pipeline_batches=0
+run mural_f32_b1024 bench_step.py --pipeline_batches=0 --batch=1024
 run mural_bf16 bench_step.py --pipeline_batches=0 --dtype=bfloat16
 run open_clip_f32 bench_open_clip.py --device=cuda --configs=stock,channels_last
 run open_clip_bf16 bench_open_clip.py --device=cuda --configs=channels_last --amp=bf16

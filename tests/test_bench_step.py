@@ -45,3 +45,20 @@ def test_profile_takes_each_ops_least_time_over_the_traced_steps():
             "odd": [(5, 0.6), (15, 0.3)]}                          # Not one a step: the mean.
   got = load_benchmark("bench_step").least_over_steps(events, steps=3)
   assert got == pytest.approx({"dot": 0.2, "loop_body": 0.2, "odd": 0.3})
+
+
+def test_flops_counted_in_a_cpu_child_process_are_this_processs_lowered_count():
+  """On a GPU the MFU's FLOPs come from a child process on the CPU backend (XLA's GPU cost
+  analysis leaves cuDNN's convolutions out): the child gets this run's flags and the
+  implementations the GPU resolved to, and counts what lowered_flops counts here."""
+  from mural import train  # pylint: disable=g-import-not-at-top
+  bench = load_benchmark("bench_step")
+  argv = ["--image_size=32", "--batch=4", "--variant=b0", "--width=0.25", "--depth=0.25",
+          "--text_layers=1", "--text_hidden=32", "--text_heads=2", "--text_mlp=64", "--vocab=64",
+          "--text_len=8", "--embed_dim=16"]
+  config = bench.make_config(bench.parse_args(argv + ["--conv_impl=xla", "--norm_impl=flax"]))
+  here = bench.lowered_flops(train.build(config), config)
+  assert here[0] > 2 * here[1] > 0  # The step: forward, backward and update.
+  assert bench.flops_counted_on_cpu(argv, "xla", "flax") == here
+  with pytest.raises(RuntimeError, match="counting the step's FLOPs on the CPU failed"):
+    bench.flops_counted_on_cpu(argv + ["--no_such_flag"], "xla", "flax")
