@@ -27,6 +27,7 @@ first mural run's training text, serves every run so they see the same tokens.
 """
 
 import argparse
+import ast
 import json
 import pathlib
 import subprocess
@@ -53,6 +54,27 @@ def run(name, workdir, steps, extra, vocab):
 
 
 ORDER = ("align", "mural", "control")
+
+
+def caption_words(text):
+  """A caption's space-separated words, lower-cased, without punctuation."""
+  return {w.strip(".,;:!?。、।") for w in text.lower().split()} - {""}
+
+
+def scarce_coverage(config, lang):
+  """What the scarce language's training captions leave out of its held-out ones: (words of its
+  training captions, words of its held-out captions, held-out scenes with a caption word the
+  training captions never use, held-out scenes). Whether the control can keep the lift turns
+  on it: a word only the bitext teaches is one no run without it can retrieve by."""
+  from mural.data import synthetic  # pylint: disable=g-import-not-at-top
+  settings = synthetic.Settings.from_config(config)
+  n = settings.image_caption_counts[settings.languages.index(lang)]
+  seen = set().union(*(caption_words(synthetic.training_example(settings, lang, j, with_image=False)[2])
+                       for j in range(n)))
+  data = synthetic.build_eval_data(config)
+  held = data.languages[lang]
+  unseen = {int(k) for text, k in zip(held.captions, held.text_to_image) if caption_words(text) - seen}
+  return seen, set().union(*map(caption_words, held.captions)), len(unseen), len(data.descriptions)
 
 
 def summarize(results, languages, scarce):
@@ -122,6 +144,21 @@ def main():
   if args.scarce not in languages or args.pivot not in languages or args.scarce == args.pivot:
     sys.exit(f"mural_claim: --scarce and --pivot must be two of the languages {languages}")
   workdir = pathlib.Path(args.workdir)
+  demo.data.synthetic.pairs_per_language = {args.scarce: args.scarce_pairs}
+  for field_value in args.set:  # The data's own overrides, for the coverage line below.
+    field, _, value = field_value.partition("=")
+    if field.startswith("data.synthetic."):
+      try:
+        value = ast.literal_eval(value)
+      except (ValueError, SyntaxError):
+        pass  # A plain string.
+      demo.data.synthetic[field[len("data.synthetic."):]] = value
+  if synthetic.SCRIPTS[args.scarce] != "Japanese":  # Words need spaces.
+    seen, held, scenes, total = scarce_coverage(demo, args.scarce)
+    print(f"{args.scarce}: its {args.scarce_pairs} training captions use {len(held & seen)} of the "
+          f"{len(held)} words of its held-out captions; {scenes} of the {total} held-out scenes have a "
+          f"caption word they never use{' (' + ', '.join(sorted(held - seen)) + ')' if held - seen else ''}",
+          flush=True)
 
   scarce = [f"--config.data.synthetic.pairs_per_language={{'{args.scarce}': {args.scarce_pairs}}}"]
   if args.languages:

@@ -38,3 +38,23 @@ def test_summary_averages_seeds_and_reads_the_targets():
   got = claim.summarize(results, ["en", "de", "sw"], "sw")
   assert got["rich"]["mural"] == pytest.approx(63.75)
   assert not got["targets"]["rich_within_1"] and not got["targets"]["rich_not_below"]
+
+
+def test_scarce_coverage_reads_the_scarce_languages_own_captions():
+  """Checked against the captions found by walking the whole training mix (image_text_example)."""
+  from mural import config_lib  # pylint: disable=g-import-not-at-top
+  from mural.data import synthetic  # pylint: disable=g-import-not-at-top
+  claim = load_benchmark("mural_claim")
+  config = config_lib.base_config()
+  s = config.data.synthetic
+  s.languages, s.pairs_per_language, s.default_pairs, s.eval_scenes = ("en", "sw"), {"sw": 4}, 30, 40
+  s.render_size = 8
+  settings = synthetic.Settings.from_config(config)
+  walked = [synthetic.image_text_example(settings, "train", i, with_image=False) for i in range(34)]
+  want = set().union(*(claim.caption_words(c) for _, _, c, lang in walked if lang == "sw"))
+  seen, held, scenes, total = claim.scarce_coverage(config, "sw")
+  assert seen == want and 0 < len(seen) < len(held | seen)
+  data = synthetic.build_eval_data(config).languages["sw"]
+  assert held == set().union(*map(claim.caption_words, data.captions)) and total == 40
+  assert scenes == len({k for c, k in zip(data.captions, data.text_to_image) if claim.caption_words(c) - want}) > 0
+  assert claim.caption_words("Kuna mduara mdogo, na nyota.") == {"kuna", "mduara", "mdogo", "na", "nyota"}

@@ -341,6 +341,19 @@ def test_languages_come_mixed_in_source_order():
   assert epoch0 == epoch1  # Same examples, another order.
 
 
+def test_training_example_is_a_languages_own_record_of_the_mix():
+  """training_example(lang, j) reads one language's pairs directly (mural_claim.py counts the
+  scarce language's words with it): over an epoch the mix holds exactly those records."""
+  st = _settings(size=8, languages=("en", "sw", "ja"), pairs_per_language={"sw": 7, "ja": 5},
+                 default_pairs=9)
+  record = lambda r: (r[0], r[2], r[3], r[1].tobytes())
+  mix = sorted(record(S.image_text_example(st, "train", i)) for i in range(9 + 7 + 5))
+  direct = sorted(record(S.training_example(st, lang, j)) for lang, n in zip(st.languages, (9, 7, 5))
+                  for j in range(n))
+  assert mix == direct
+  assert S.training_example(st, "sw", 3, with_image=False)[1:] == (None,) + S.training_example(st, "sw", 3)[2:]
+
+
 # ---- Pixels ------------------------------------------------------------------
 
 def test_pixels_show_the_described_objects():

@@ -54,7 +54,8 @@ captions comes through the en-sw translation pairs.
 
 Public API: `LANGUAGES`, `SCRIPTS`, `image_text_source`, `text_pair_source`,
 `build_eval_data`, and the pure functions they use (`sample_description`,
-`render`, `caption`, `all_captions`, `image_text_example`, `text_pair_example`).
+`render`, `caption`, `all_captions`, `image_text_example`, `training_example`,
+`text_pair_example`).
 """
 
 import dataclasses
@@ -847,8 +848,13 @@ def image_text_example(settings: Settings, split: str, i: int, with_image: bool 
     return (eval_descriptions(settings)[k], _eval_image(settings, k),
             _eval_caption(settings, k, lang, rest % settings.eval_captions_per_scene), lang)
   b, j = _block(settings.image_caption_counts, _permute(n, i, f"{settings.seed}:i2t:{split}"))
-  lang = settings.languages[b]
-  rng = _rng(settings, split, _I2T, LANGUAGES.index(lang), j)
+  return training_example(settings, settings.languages[b], j, with_image)
+
+
+def training_example(settings: Settings, lang: str, j: int, with_image: bool = True):
+  """(description, image, caption, lang) of `lang`'s j-th training image-caption pair (0 <= j <
+  its count): the record image_text_example gives at the global index that maps to (lang, j)."""
+  rng = _rng(settings, "train", _I2T, LANGUAGES.index(lang), j)
   d = sample_description(rng, False, settings.heldout_fraction)
   image = None
   if with_image:
