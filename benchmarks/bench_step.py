@@ -239,23 +239,33 @@ def countable_config(config, impl):
   return config
 
 
-def lowered_flops(setup, config):
-  """(FLOPs of one step, of its forward and losses) by XLA's cost analysis of the unoptimised
-  HLO: lowered on abstract inputs of the step's layout, not compiled."""
+def abstract_batch(setup, config):
+  """The step's batch as shapes (jax.ShapeDtypeStruct), for lowering without data."""
+  return {t.name: t.shapes(config) for t in setup.tasks}
+
+
+def lowered_step_flops(setup, config) -> float:
+  """FLOPs of one step by XLA's cost analysis of its unoptimised HLO (lowered on abstract inputs
+  of the step's layout, not compiled)."""
+  from mural import train  # pylint: disable=g-import-not-at-top
+  return xla_cost(train.jit_train_step(setup).lower(setup.abstract_state, abstract_batch(setup, config)))
+
+
+def lowered_forward_flops(setup, config) -> float:
+  """The same for the step's forward and losses alone (the '3 x forward' cross-check)."""
   import jax  # pylint: disable=g-import-not-at-top
   from mural import system as system_lib  # pylint: disable=g-import-not-at-top
-  from mural import train  # pylint: disable=g-import-not-at-top
-  batch = {t.name: t.shapes(config) for t in setup.tasks}
-  state = setup.abstract_state
-  step = xla_cost(train.jit_train_step(setup).lower(state, batch))
   fwd = jax.jit(lambda p, bs, b, r: system_lib.task_losses(setup.model, setup.tasks, p, bs, b, r)[0])
-  return step, xla_cost(fwd.lower(state.params, state.batch_stats, batch, jax.random.key(0)))
+  state = setup.abstract_state
+  return xla_cost(fwd.lower(state.params, state.batch_stats, abstract_batch(setup, config),
+                            jax.random.key(0)))
 
 
 def flops_counted_on_cpu(argv, impl, norm):
-  """lowered_flops of this run's step (the implementations this backend resolved to) counted by
-  the CPU backend, in a child process: on a GPU, XLA's cost analysis leaves the convolutions it
-  hands to cuDNN out of the compiled step's count and gives 0 for an unoptimised module."""
+  """(lowered_step_flops, lowered_forward_flops) of this run's step, with the implementations
+  this backend resolved to, counted by the CPU backend in a child process: on a GPU, XLA's cost
+  analysis leaves the convolutions it hands to cuDNN out of the compiled step's count and gives
+  0 for an unoptimised module."""
   cmd = [sys.executable, os.path.abspath(__file__), *argv, f"--conv_impl={impl}",
          f"--norm_impl={norm}", "--count_flops"]
   env = dict(os.environ, JAX_PLATFORMS="cpu")
@@ -506,7 +516,8 @@ def main(argv=None) -> None:
         f"drop-connect {config.model.image.stochastic_depth_rate}")
 
   if args.count_flops:  # Abstract shapes only: no state allocated, nothing compiled.
-    step_flops, fwd_flops = lowered_flops(train.build(countable_config(config, impl)), config)
+    counted = train.build(countable_config(config, impl))
+    step_flops, fwd_flops = lowered_step_flops(counted, config), lowered_forward_flops(counted, config)
     print(json.dumps({"backend": jax.default_backend(), "conv_impl": impl, "norm_impl": norm,
                       "flops": step_flops, "fwd_flops": fwd_flops}))
     return
@@ -555,10 +566,12 @@ def main(argv=None) -> None:
   # The cross-check: 3 x the forward (+ losses) FLOPs, from the unoptimised HLO (no compile).
   if jax.default_backend() != "cpu":  # Both counts fall short here (flops_counted_on_cpu).
     xla_flops, fwd_flops = flops_counted_on_cpu(sys.argv[1:] if argv is None else argv, impl, norm)
-  elif impl == "native":  # The C++ kernels' FLOPs, as the same step in XLA ops, lowered.
-    xla_flops, fwd_flops = lowered_flops(train.build(countable_config(config, impl)), config)
   else:
-    _, fwd_flops = lowered_flops(setup, config)
+    counted = setup
+    if impl == "native":  # The C++ kernels' FLOPs, as the same step in XLA ops, lowered.
+      counted = train.build(countable_config(config, impl))
+      xla_flops = lowered_step_flops(counted, config)
+    fwd_flops = lowered_forward_flops(counted, config)
   xla_bytes = xla_cost(compiled, "bytes accessed")
   mem = compiled.memory_analysis()
   loss = float(metrics["loss"])

@@ -50,14 +50,15 @@ def test_profile_takes_each_ops_least_time_over_the_traced_steps():
 def test_flops_counted_in_a_cpu_child_process_are_this_processs_lowered_count():
   """On a GPU the MFU's FLOPs come from a child process on the CPU backend (XLA's GPU cost
   analysis leaves cuDNN's convolutions out): the child gets this run's flags and the
-  implementations the GPU resolved to, and counts what lowered_flops counts here."""
+  implementations the GPU resolved to, and counts what lowered_step_flops and lowered_forward_flops count here."""
   from mural import train  # pylint: disable=g-import-not-at-top
   bench = load_benchmark("bench_step")
   argv = ["--image_size=32", "--batch=4", "--variant=b0", "--width=0.25", "--depth=0.25",
           "--text_layers=1", "--text_hidden=32", "--text_heads=2", "--text_mlp=64", "--vocab=64",
           "--text_len=8", "--embed_dim=16"]
   config = bench.make_config(bench.parse_args(argv + ["--conv_impl=xla", "--norm_impl=flax"]))
-  here = bench.lowered_flops(train.build(config), config)
+  setup = train.build(config)
+  here = bench.lowered_step_flops(setup, config), bench.lowered_forward_flops(setup, config)
   assert here[0] > 2 * here[1] > 0  # The step: forward, backward and update.
   assert bench.flops_counted_on_cpu(argv, "xla", "flax") == here
   with pytest.raises(RuntimeError, match="counting the step's FLOPs on the CPU failed"):
