@@ -50,7 +50,8 @@ def test_profile_takes_each_ops_least_time_over_the_traced_steps():
 def test_flops_counted_in_a_cpu_child_process_are_this_processs_lowered_count():
   """On a GPU the MFU's FLOPs come from a child process on the CPU backend (XLA's GPU cost
   analysis leaves cuDNN's convolutions out): the child gets this run's flags and the
-  implementations the GPU resolved to, and counts what lowered_step_flops and lowered_forward_flops count here."""
+  implementations the GPU resolved to, and counts what lowered_step_flops and
+  lowered_forward_flops count here."""
   from mural import train  # pylint: disable=g-import-not-at-top
   bench = load_benchmark("bench_step")
   argv = ["--image_size=32", "--batch=4", "--variant=b0", "--width=0.25", "--depth=0.25",
