@@ -149,15 +149,19 @@ def main():
   if args.scarce not in languages or args.pivot not in languages or args.scarce == args.pivot:
     sys.exit(f"mural_claim: --scarce and --pivot must be two of the languages {languages}")
   workdir = pathlib.Path(args.workdir)
-  demo.data.synthetic.pairs_per_language = {args.scarce: args.scarce_pairs}
-  for field_value in args.set:  # The data's own overrides, for the coverage line below.
-    field, _, value = field_value.partition("=")
-    if field.startswith("data.synthetic."):
-      try:
-        value = ast.literal_eval(value)
-      except (ValueError, SyntaxError):
-        pass  # A plain string.
-      demo.data.synthetic[field[len("data.synthetic."):]] = value
+  try:  # The data's own settings, for the coverage line below; a bad one is one line here.
+    demo.data.synthetic.pairs_per_language = {args.scarce: args.scarce_pairs}
+    for field_value in args.set:
+      field, _, value = field_value.partition("=")
+      if field.startswith("data.synthetic."):
+        try:
+          value = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+          pass  # A plain string.
+        demo.data.synthetic[field[len("data.synthetic."):]] = value
+    synthetic.Settings.from_config(demo)
+  except (config_lib.ConfigError, KeyError, AttributeError, TypeError, ValueError) as e:
+    sys.exit(f"mural_claim: --scarce_pairs / --set: {e}")
   if synthetic.SCRIPTS[args.scarce] != "Japanese":  # Words need spaces.
     seen, held, scenes, total = scarce_coverage(demo, args.scarce)
     print(f"{args.scarce}: its {args.scarce_pairs} training captions use {len(held & seen)} of the "

@@ -58,3 +58,16 @@ def test_scarce_coverage_reads_the_scarce_languages_own_captions():
   assert held == set().union(*map(claim.caption_words, data.captions)) and total == 40
   assert scenes == len({k for c, k in zip(data.captions, data.text_to_image) if claim.caption_words(c) - want}) > 0
   assert claim.caption_words("Kuna mduara mdogo, na nyota.") == {"kuna", "mduara", "mdogo", "na", "nyota"}
+
+
+@pytest.mark.parametrize("flag, says", [
+    ("--scarce_pairs=-1", "pairs_per_language.sw: must be an int >= 0, got -1"),
+    ("--set=data.synthetic.eval_scenes=0", "eval_scenes: must be an int >= 1, got 0"),
+])
+def test_bad_data_settings_are_one_line_before_any_run(monkeypatch, tmp_path, flag, says):
+  claim = load_benchmark("mural_claim")
+  monkeypatch.setattr("sys.argv", ["mural_claim.py", "--languages=en,de,sw", f"--workdir={tmp_path}", flag])
+  with pytest.raises(SystemExit) as exit_info:
+    claim.main()
+  assert str(exit_info.value).startswith("mural_claim: --scarce_pairs / --set: config.data.synthetic.")
+  assert says in str(exit_info.value) and not list(tmp_path.iterdir())  # No run started.
