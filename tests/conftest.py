@@ -111,17 +111,23 @@ def tiny_config(vocab_path: str = "", languages=("en", "de", "sw"), **overrides)
   return set_fields(c, **overrides)
 
 
+@contextlib.contextmanager
+def records_per_source(n: int):
+  """Vocabularies learned inside read n records per training source (training_text)."""
+  from mural.data import training_text  # pylint: disable=g-import-not-at-top
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(training_text, "RECORDS_PER_SOURCE", n)
+    yield
+
+
 def learn_vocab(workdir) -> str:
   """A wordpiece vocab learned from the tiny config's training text (1000 records per source)."""
   from mural import system, systems  # pylint: disable=g-import-not-at-top
-  from mural.data import training_text, vocab  # pylint: disable=g-import-not-at-top
+  from mural.data import vocab  # pylint: disable=g-import-not-at-top
   config = tiny_config()
-  saved, training_text.RECORDS_PER_SOURCE = training_text.RECORDS_PER_SOURCE, 1000
-  try:
+  with records_per_source(1000):
     tasks = system.active_tasks(systems.get(config), config)
     return vocab.tokenizer(config, tasks, str(workdir)).vocab_path
-  finally:
-    training_text.RECORDS_PER_SOURCE = saved
 
 
 def jit_vjp(f, args, cotangent):

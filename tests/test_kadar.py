@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import TINY_FEATURES, TINY_STAGES, assert_resumes_bit_exactly, train_step_lowerings
+from conftest import TINY_FEATURES, TINY_STAGES, assert_resumes_bit_exactly, records_per_source, train_step_lowerings
 from mural import checkpointing
 from mural import config_lib
 from mural import describe
@@ -27,7 +27,6 @@ from mural import system
 from mural import systems
 from mural import train
 from mural.data import pipeline
-from mural.data import training_text
 from mural.data import vocab
 from mural.data import word_vocab
 from mural.models import word_lstm
@@ -281,12 +280,9 @@ def test_draw_by_weight_draws_each_task_in_proportion():
 def words_file(tmp_path_factory):
   """One union vocabulary (learned from 200 records per source) copied into every run's workdir."""
   c = tiny_kadar_config()
-  saved, training_text.RECORDS_PER_SOURCE = training_text.RECORDS_PER_SOURCE, 200
-  try:
+  with records_per_source(200):
     workdir = tmp_path_factory.mktemp("words")
     return word_vocab.learn(c, system.active_tasks(kadar.SYSTEM, c), str(workdir))
-  finally:
-    training_text.RECORDS_PER_SOURCE = saved
 
 
 def test_each_c2i_batch_is_one_language(words_file):

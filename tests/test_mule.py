@@ -14,14 +14,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import TINY_FEATURES, TINY_STAGES, assert_resumes_bit_exactly
+from conftest import TINY_FEATURES, TINY_STAGES, assert_resumes_bit_exactly, records_per_source
 from mural import config_lib
 from mural import describe
 from mural import losses
 from mural import system
 from mural import systems
 from mural import train
-from mural.data import training_text
 from mural.data import vocab
 from mural.data import word_vocab
 from mural.models import multilingual
@@ -343,12 +342,9 @@ def test_ablations_are_config_values(name, tasks, branches, classifier):
 def words_file(tmp_path_factory):
   """One word vocabulary (learned from 200 records per source) copied into every run's workdir."""
   c = tiny_mule_config()
-  saved, training_text.RECORDS_PER_SOURCE = training_text.RECORDS_PER_SOURCE, 200
-  try:
+  with records_per_source(200):
     workdir = tmp_path_factory.mktemp("words")
     return word_vocab.learn(c, system.active_tasks(mule.SYSTEM, c), str(workdir))
-  finally:
-    training_text.RECORDS_PER_SOURCE = saved
 
 
 def _workdir(tmp_path_factory, name, words_file):

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import TINY_STAGES, assert_resumes_bit_exactly
+from conftest import TINY_STAGES, assert_resumes_bit_exactly, records_per_source
 from mural import clc
 from mural import config_lib
 from mural import describe
@@ -23,7 +23,6 @@ from mural import metrics
 from mural import system
 from mural import systems
 from mural import train
-from mural.data import training_text
 from mural.data import word_vocab
 from mural.models import hem
 from mural.systems import smalr
@@ -393,11 +392,8 @@ def test_describe_counts_the_hybrid_vocabulary():
 @pytest.fixture(scope="module")
 def words_file(tmp_path_factory):
   c = tiny_smalr_config()
-  saved, training_text.RECORDS_PER_SOURCE = training_text.RECORDS_PER_SOURCE, 200
-  try:
+  with records_per_source(200):
     return word_vocab.learn(c, system.active_tasks(smalr.SYSTEM, c), str(tmp_path_factory.mktemp("words")))
-  finally:
-    training_text.RECORDS_PER_SOURCE = saved
 
 
 def _workdir(tmp_path_factory, name, words_file):
