@@ -51,8 +51,9 @@ def run(name, workdir, steps, extra, vocab):
   start = time.time()
   with open(workdir / f"{name}.log", "w") as log:
     rc = subprocess.run(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT).returncode
-  if rc:
-    sys.exit(f"mural_claim: run {name!r} failed (exit {rc}); see {workdir / f'{name}.log'}")
+  if rc:  # Its last line is mural.main's error (a bad --set or --steps fails here, in seconds).
+    last = ([""] + (workdir / f"{name}.log").read_text(errors="replace").strip().splitlines())[-1]
+    sys.exit(f"mural_claim: run {name!r} failed (exit {rc}): {last}\n  see {workdir / f'{name}.log'}")
   print(f"{name}: {time.time() - start:.0f} s", flush=True)
   return json.loads((out / "eval" / f"step_{steps}.json").read_text())
 

@@ -71,3 +71,14 @@ def test_bad_data_settings_are_one_line_before_any_run(monkeypatch, tmp_path, fl
     claim.main()
   assert str(exit_info.value).startswith("mural_claim: --scarce_pairs / --set: config.data.synthetic.")
   assert says in str(exit_info.value) and not list(tmp_path.iterdir())  # No run started.
+
+
+def test_a_failing_run_stops_the_script_with_its_error_line(monkeypatch, tmp_path):
+  """A value only mural.main checks (here --steps) fails the first run: its error, not just a log path."""
+  claim = load_benchmark("mural_claim")
+  monkeypatch.setattr("sys.argv", ["mural_claim.py", "--languages=en,de,sw", f"--workdir={tmp_path}", "--steps=0"])
+  with pytest.raises(SystemExit) as exit_info:
+    claim.main()
+  assert str(exit_info.value).startswith("mural_claim: run 'mural' failed (exit 2): mural: error: "
+                                         "config.total_steps: must be positive\n  see ")
+  assert not (tmp_path / "mural" / "eval").exists()
