@@ -428,9 +428,28 @@ def least_over_steps(events, steps):
   return per_op
 
 
-def profile_step(compiled, state, batch, directory, top, steps):
+def device_op_events(planes, ops):
+  """{HLO op: [(start_ns, seconds), ...]} from a trace's planes. On a GPU, the kernels on its
+  device planes, each named by its `hlo_op` stat (one op may launch several kernels); the host's
+  events there are launches, not the work. On the CPU, the events named after an op."""
+  on_device = [p for p in planes if p.name.startswith(("/device:GPU", "/device:TPU"))]
+  events = {}
+  for plane in on_device or planes:
+    for line in plane.lines:
+      for event in line.events:
+        name = event.name
+        if on_device:
+          name = dict(event.stats).get("hlo_op", "")
+        # Containers (a loop, a call) span the ops inside them, which have their own events.
+        if name in ops and ops[name][0] not in ("while", "call", "conditional"):
+          events.setdefault(name, []).append((event.start_ns, event.duration_ns / 1e9))
+  return events
+
+
+def profile_step(compiled, state, batch, directory, top, steps, step_s):
   """Traces `steps` steps into `directory`; prints the top ops by their least time over
-  the steps, and totals by kind and part."""
+  the steps, and totals by kind and part, and their sum against the timed step (`step_s`): on
+  a GPU what is left is the device waiting for the host."""
   import jax  # pylint: disable=g-import-not-at-top
   with jax.profiler.trace(directory):
     for _ in range(steps):
@@ -442,14 +461,7 @@ def profile_step(compiled, state, batch, directory, top, steps):
     return state, {}
   data = jax.profiler.ProfileData.from_file(max(paths, key=os.path.getmtime))
   ops = _hlo_ops(compiled.as_text())
-  events = {}
-  for plane in data.planes:
-    for line in plane.lines:
-      for event in line.events:
-        name = event.name
-        # Containers (a loop, a call) span the ops inside them, which have their own events.
-        if name in ops and ops[name][0] not in ("while", "call", "conditional"):
-          events.setdefault(name, []).append((event.start_ns, event.duration_ns / 1e9))
+  events = device_op_events(data.planes, ops)
   per_op = least_over_steps(events, steps)
   total = sum(per_op.values())
   if not total:
@@ -462,8 +474,8 @@ def profile_step(compiled, state, batch, directory, top, steps):
     by_cat[cat] = by_cat.get(cat, 0.0) + s
     by_part[part] = by_part.get(part, 0.0) + s
   print(f"profile: {total:.2f} s in {len(per_op)} XLA ops (each op's least wall time over "
-        f"{steps} traced steps, summed), "
-        f"trace in {directory}")
+        f"{steps} traced steps, summed), {total / step_s:.0%} of the timed step's median "
+        f"({step_s:.4f} s); trace in {directory}")
   print("  by op kind:   " + ", ".join(f"{k} {v / total:.0%}" for k, v in
                                         sorted(by_cat.items(), key=lambda kv: -kv[1])))
   print("  by model part: " + ", ".join(f"{k} {v / total:.0%}" for k, v in
@@ -473,7 +485,7 @@ def profile_step(compiled, state, batch, directory, top, steps):
     opcode, _, meta, body = ops[name]
     print(f"  {s:7.3f} s {s / total:5.1%}  {_category(opcode, body):13s} {name:32s} "
           f"{meta[-90:]}")
-  summary = {"profile_total_s": total,
+  summary = {"profile_total_s": total, "profile_of_step": round(total / step_s, 4),
              "profile_by_kind": {k: round(v / total, 4) for k, v in by_cat.items()},
              "profile_by_part": {k: round(v / total, 4) for k, v in by_part.items()}}
   return state, summary
@@ -636,7 +648,7 @@ def main(argv=None) -> None:
   result_prof = {}
   if args.profile:
     state, result_prof = profile_step(compiled, state, batch, args.profile, args.top,
-                                      args.profile_steps)
+                                      args.profile_steps, step_s)
 
   print(json.dumps({
       "cpu": cpu_name(), "load_avg": [round(x, 2) for x in load],

@@ -4,6 +4,7 @@
 #   OUT=/tmp/gpu_bench bash benchmarks/gpu_bench.sh        # needs jax[cuda], torch, open_clip_torch, timm
 #   BUDGET=600 PER_RUN=240 bash benchmarks/gpu_bench.sh    # seconds in all / per run (defaults)
 #   RUNS="mural_bf16 mural_f32_fast_fused" bash benchmarks/gpu_bench.sh   # only these runs
+#   RUNS="mural_f32_profile" bash benchmarks/gpu_bench.sh   # + the per-op profile of the step (--profile)
 #
 # Runs, in order, each skipped when less than PER_RUN seconds of BUDGET are left:
 # bench_step.py with the GPU's `auto` implementations (XLA's convolutions, flax batch
@@ -31,6 +32,7 @@ run() {  # name, script, args...
   cat "$OUT/$name.tmp" >> "$OUT/full.log"
   grep '^{' "$OUT/$name.tmp" | sed "s/^{/{\"run\": \"$name\", /" >> "$OUT/results.jsonl"
   grep -E "^(samples/s|step:|device memory|params|XLA GFLOP|matmul|\[)|Error" "$OUT/$name.tmp" | tail -10
+  grep -A 40 "^profile:" "$OUT/$name.tmp"
   rm -f "$OUT/$name.tmp"
 }
 run mural_f32 bench_step.py --pipeline_batches=0
@@ -38,5 +40,10 @@ run mural_f32_b1024 bench_step.py --pipeline_batches=0 --batch=1024
 run mural_bf16 bench_step.py --pipeline_batches=0 --dtype=bfloat16
 run open_clip_f32 bench_open_clip.py --device=cuda --configs=stock,channels_last
 run open_clip_bf16 bench_open_clip.py --device=cuda --configs=channels_last --amp=bf16
+# Where the step's time goes (RUNS=... only): each HLO op's kernels, least over 5 traced steps.
+if [ -n "${RUNS:-}" ]; then
+  run mural_f32_profile bench_step.py --pipeline_batches=0 --profile="$OUT/trace_f32" --top=25
+  run mural_bf16_profile bench_step.py --pipeline_batches=0 --dtype=bfloat16 --profile="$OUT/trace_bf16" --top=25
+fi
 run mural_f32_fast_fused bench_step.py --pipeline_batches=0 --conv_impl=fast --norm_impl=fused
 echo "done at $SECONDS s"

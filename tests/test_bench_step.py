@@ -47,6 +47,26 @@ def test_profile_takes_each_ops_least_time_over_the_traced_steps():
   assert got == pytest.approx({"dot": 0.2, "loop_body": 0.2, "odd": 0.3})
 
 
+def test_profile_reads_a_gpus_kernels_by_their_hlo_op_and_the_cpus_events_by_name():
+  """On a GPU the work is the kernels on the device plane, named by their hlo_op stat (a
+  fusion may launch several); the host's events of the same names are launches, left out."""
+  from types import SimpleNamespace as NS  # pylint: disable=g-import-not-at-top
+  ops = {"fusion.1": ("fusion", "kLoop", "", ""), "dot.2": ("dot", "", "", ""),
+         "while.3": ("while", "", "", "")}
+  event = lambda name, start, ns, **stats: NS(name=name, start_ns=start, duration_ns=ns,
+                                              stats=list(stats.items()))
+  host = NS(name="/host:CPU", lines=[NS(name="thread", events=[
+      event("fusion.1", 0, 5000), event("while.3", 0, 9000)])])
+  gpu = NS(name="/device:GPU:0", lines=[NS(name="Stream #7", events=[
+      event("loop_fusion_kernel", 10, 1000, hlo_op="fusion.1"),
+      event("sm90_gemm_a", 20, 3000, hlo_op="dot.2"), event("sm90_gemm_b", 30, 2000, hlo_op="dot.2"),
+      event("memset", 40, 100)])])
+  bench = load_benchmark("bench_step")
+  assert bench.device_op_events([host, gpu], ops) == {
+      "fusion.1": [(10, 1e-6)], "dot.2": [(20, 3e-6), (30, 2e-6)]}
+  assert bench.device_op_events([host], ops) == {"fusion.1": [(0, 5e-6)]}
+
+
 def test_flops_counted_in_a_cpu_child_process_are_this_processs_lowered_count():
   """On a GPU the MFU's FLOPs come from a child process on the CPU backend (XLA's GPU cost
   analysis leaves cuDNN's convolutions out): the child gets this run's flags and the
