@@ -428,11 +428,18 @@ def least_over_steps(events, steps):
   return per_op
 
 
+def _device_planes(planes):
+  return [p for p in planes if p.name.startswith(("/device:GPU", "/device:TPU"))]
+
+
 def device_op_events(planes, ops):
   """{HLO op: [(start_ns, seconds), ...]} from a trace's planes. On a GPU, the kernels on its
-  device planes, each named by its `hlo_op` stat (one op may launch several kernels); the host's
-  events there are launches, not the work. On the CPU, the events named after an op."""
-  on_device = [p for p in planes if p.name.startswith(("/device:GPU", "/device:TPU"))]
+  device planes (the host's events there are launches, not the work), each by its `hlo_op` stat,
+  or, inside a command buffer (a CUDA graph, whose kernels all carry the buffer's name), by its
+  kernel name, which XLA derives from the op's ('.' -> '_'); a library's kernels there (cuBLAS,
+  cuDNN) name no op and are left out. On the CPU, the events named after an op."""
+  on_device = _device_planes(planes)
+  by_kernel = {name.replace(".", "_"): name for name in ops}
   events = {}
   for plane in on_device or planes:
     for line in plane.lines:
@@ -440,10 +447,48 @@ def device_op_events(planes, ops):
         name = event.name
         if on_device:
           name = dict(event.stats).get("hlo_op", "")
+          name = name if name in ops else by_kernel.get(event.name, "")
         # Containers (a loop, a call) span the ops inside them, which have their own events.
         if name in ops and ops[name][0] not in ("while", "call", "conditional"):
           events.setdefault(name, []).append((event.start_ns, event.duration_ns / 1e9))
   return events
+
+
+def kernel_class(name):
+  """A GPU kernel's kind from its name: XLA's own code or a library's."""
+  low = name.lower()  # Convolutions first: cuDNN's implicit-GEMM kernels are convolutions.
+  if any(w in low for w in ("conv", "cudnn", "fprop", "dgrad", "wgrad", "implicit")):
+    return "convolution"
+  if any(w in low for w in ("gemm", "cublas", "cutlass", "nvjet")):
+    return "GEMM"
+  if any(w in low for w in ("memcpy", "memset")):
+    return "copy / memset"
+  return "XLA fusion"
+
+
+def device_kernels(planes, steps):
+  """What a traced step asks of the accelerator: kernels per step, their time per step (summed,
+  and as the union of their intervals, i.e. the time the device was busy), by kind, and the
+  share of kernels shorter than 5 us. None without a device plane (the CPU)."""
+  events = sorted(((e.start_ns, e.end_ns, e.name) for p in _device_planes(planes)
+                   for line in p.lines for e in line.events), key=lambda e: e[0])
+  if not events:
+    return None
+  busy, start, end = 0, None, None
+  for s, e, _ in events:
+    if end is None or s > end:
+      busy += 0 if end is None else end - start
+      start, end = s, e
+    else:
+      end = max(end, e)
+  busy += end - start
+  by_class = {}
+  for s, e, name in events:
+    by_class[kernel_class(name)] = by_class.get(kernel_class(name), 0) + e - s
+  return {"kernels": len(events) / steps, "kernel_s": sum(by_class.values()) / steps / 1e9,
+          "busy_s": busy / steps / 1e9,
+          "by_class": {k: v / steps / 1e9 for k, v in by_class.items()},
+          "short": sum(e - s < 5000 for s, e, _ in events) / len(events)}
 
 
 def profile_step(compiled, state, batch, directory, top, steps, step_s):
@@ -461,21 +506,36 @@ def profile_step(compiled, state, batch, directory, top, steps, step_s):
     return state, {}
   data = jax.profiler.ProfileData.from_file(max(paths, key=os.path.getmtime))
   ops = _hlo_ops(compiled.as_text())
+  kernels = device_kernels(data.planes, steps)
+  if kernels:
+    print(f"profile: the device ran {kernels['kernels']:.0f} kernels a step, "
+          f"{kernels['kernel_s'] * 1e3:.2f} ms of kernels ("
+          + ", ".join(f"{k} {v / kernels['kernel_s']:.0%}" for k, v in
+                      sorted(kernels["by_class"].items(), key=lambda kv: -kv[1]))
+          + f"; {kernels['short']:.0%} of the kernels under 5 us); busy {kernels['busy_s'] * 1e3:.2f} "
+          f"ms a step (their union, mean over {steps} traced steps) = "
+          f"{kernels['busy_s'] / step_s:.0%} of the timed step's median ({step_s * 1e3:.2f} ms): the "
+          "rest the device waited for the host")
   events = device_op_events(data.planes, ops)
   per_op = least_over_steps(events, steps)
   total = sum(per_op.values())
+  summary = {} if not kernels else {
+      "profile_kernels_per_step": round(kernels["kernels"]), "profile_kernel_ms": round(kernels["kernel_s"] * 1e3, 3),
+      "profile_busy_ms": round(kernels["busy_s"] * 1e3, 3), "profile_busy_of_step": round(kernels["busy_s"] / step_s, 4),
+      "profile_kernel_ms_by_class": {k: round(v * 1e3, 3) for k, v in kernels["by_class"].items()}}
   if not total:
     print("profile: no per-op events (needs --xla_cpu_enable_xprof_traceme=true in XLA_FLAGS)")
-    return state, {}
+    return state, summary
   by_cat, by_part = {}, {}
   for name, s in per_op.items():
     opcode, _, meta, body = ops[name]
     cat, part = _category(opcode, body), _part(meta)
     by_cat[cat] = by_cat.get(cat, 0.0) + s
     by_part[part] = by_part.get(part, 0.0) + s
-  print(f"profile: {total:.2f} s in {len(per_op)} XLA ops (each op's least wall time over "
+  covers = f", {total / kernels['kernel_s']:.0%} of the kernels' time" if kernels else ""
+  print(f"profile: {total * 1e3:.2f} ms in {len(per_op)} XLA ops (each op's least wall time over "
         f"{steps} traced steps, summed), {total / step_s:.0%} of the timed step's median "
-        f"({step_s:.4f} s); trace in {directory}")
+        f"({step_s * 1e3:.2f} ms){covers}; trace in {directory}")
   print("  by op kind:   " + ", ".join(f"{k} {v / total:.0%}" for k, v in
                                         sorted(by_cat.items(), key=lambda kv: -kv[1])))
   print("  by model part: " + ", ".join(f"{k} {v / total:.0%}" for k, v in
@@ -483,11 +543,11 @@ def profile_step(compiled, state, batch, directory, top, steps, step_s):
   print(f"  top {top} ops:")
   for name, s in sorted(per_op.items(), key=lambda kv: -kv[1])[:top]:
     opcode, _, meta, body = ops[name]
-    print(f"  {s:7.3f} s {s / total:5.1%}  {_category(opcode, body):13s} {name:32s} "
+    print(f"  {s * 1e3:9.3f} ms {s / total:5.1%}  {_category(opcode, body):13s} {name:32s} "
           f"{meta[-90:]}")
-  summary = {"profile_total_s": total, "profile_of_step": round(total / step_s, 4),
+  summary.update({"profile_total_s": total, "profile_of_step": round(total / step_s, 4),
              "profile_by_kind": {k: round(v / total, 4) for k, v in by_cat.items()},
-             "profile_by_part": {k: round(v / total, 4) for k, v in by_part.items()}}
+             "profile_by_part": {k: round(v / total, 4) for k, v in by_part.items()}})
   return state, summary
 
 

@@ -60,11 +60,33 @@ def test_profile_reads_a_gpus_kernels_by_their_hlo_op_and_the_cpus_events_by_nam
   gpu = NS(name="/device:GPU:0", lines=[NS(name="Stream #7", events=[
       event("loop_fusion_kernel", 10, 1000, hlo_op="fusion.1"),
       event("sm90_gemm_a", 20, 3000, hlo_op="dot.2"), event("sm90_gemm_b", 30, 2000, hlo_op="dot.2"),
-      event("memset", 40, 100)])])
+      event("memset", 40, 100),
+      # In a command buffer (a CUDA graph) every kernel names the buffer: XLA's by the op's name.
+      event("fusion_1", 50, 4000, hlo_op="command_buffer_1"),
+      event("sm90_xmma_gemm_f32", 60, 7000, hlo_op="command_buffer_1")])])
   bench = load_benchmark("bench_step")
   assert bench.device_op_events([host, gpu], ops) == {
-      "fusion.1": [(10, 1e-6)], "dot.2": [(20, 3e-6), (30, 2e-6)]}
+      "fusion.1": [(10, 1e-6), (50, 4e-6)], "dot.2": [(20, 3e-6), (30, 2e-6)]}
   assert bench.device_op_events([host], ops) == {"fusion.1": [(0, 5e-6)]}
+
+
+def test_device_kernels_sums_a_steps_kernels_by_kind_and_their_union_as_busy_time():
+  from types import SimpleNamespace as NS  # pylint: disable=g-import-not-at-top
+  bench = load_benchmark("bench_step")
+  kernel = lambda name, start, end: NS(name=name, start_ns=start, duration_ns=end - start, end_ns=end)
+  # Two steps; on two streams the GEMM overlaps the fusion by 1 us.
+  gpu = NS(name="/device:GPU:0", lines=[
+      NS(name="Stream #1", events=[kernel("loop_add_fusion_3", 0, 4000), kernel("Memset 3", 10000, 10500),
+                                   kernel("loop_add_fusion_3", 20000, 24000)]),
+      NS(name="Stream #2", events=[kernel("sm90_xmma_gemm_f32f32", 3000, 9000),
+                                   kernel("sm90_xmma_fprop_implicit_gemm_f32", 30000, 38000)])])
+  got = bench.device_kernels([NS(name="/host:CPU", lines=[]), gpu], steps=2)
+  assert got["kernels"] == 2.5 and got["short"] == pytest.approx(3 / 5)
+  assert got["kernel_s"] == pytest.approx((8000 + 500 + 6000 + 8000) / 2 / 1e9)
+  assert got["busy_s"] == pytest.approx((9000 + 500 + 4000 + 8000) / 2 / 1e9)
+  assert got["by_class"] == pytest.approx({"XLA fusion": 4e-6, "copy / memset": 0.25e-6,
+                                           "GEMM": 3e-6, "convolution": 4e-6})
+  assert bench.device_kernels([NS(name="/host:CPU", lines=[])], steps=2) is None
 
 
 def test_flops_counted_in_a_cpu_child_process_are_this_processs_lowered_count():
