@@ -232,12 +232,24 @@ def positive_int(section, name: str, field: str, minimum: int = 1):
 _require = require
 
 
+def language_codes(values, field: str) -> list:
+  """`values` as a list of language codes, each non-empty, lower-case and one code: a flag's
+  'en,de' reaches a tuple field as the one entry 'en,de', which would match no record."""
+  langs = list(values)
+  for l in langs:
+    require(isinstance(l, str) and l and l == l.strip().lower(), field,
+            f"must be non-empty lower-case codes, got {langs!r}")
+    require(not any(ch in l for ch in ", "), field,
+            f"{l!r} is one entry, not a list: a flag gives a tuple, e.g. "
+            f"--config.{field}=\"{tuple(l.replace(',', ' ').split())!r}\"")
+  require(langs, field, "must not be empty")
+  require(len(set(langs)) == len(langs), field, f"has duplicates: {langs!r}")
+  return langs
+
+
 def _validate_data(d: ml_collections.ConfigDict) -> None:
   """The input-pipeline fields (mural/data/pipeline.py, preprocess.py, eval_data.py)."""
-  langs = list(d.languages)
-  _require(len(langs) > 0 and all(isinstance(l, str) and l and l == l.strip().lower() for l in langs),
-           "data.languages", f"must be non-empty lower-case codes, got {langs!r}")
-  _require(len(set(langs)) == len(langs), "data.languages", f"has duplicates: {langs!r}")
+  language_codes(d.languages, "data.languages")
   _require(d.language_sampling_temperature > 0, "data.language_sampling_temperature", "must be positive")
   _require(isinstance(d.shuffle_buffer, int) and d.shuffle_buffer >= 0, "data.shuffle_buffer",
            f"must be an int >= 0, got {d.shuffle_buffer!r}")

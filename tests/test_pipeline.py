@@ -6,6 +6,7 @@ is one solid colour derived from n, so image and caption can be checked to
 travel together.
 """
 
+import ast
 import json
 import os
 import re
@@ -22,6 +23,7 @@ from mural import system
 from mural import systems
 from mural.data import eval_data
 from mural.data import pipeline
+from mural.data import synthetic
 from mural.data import tokenizer as tokenizer_lib
 from mural.data import vocab
 
@@ -150,7 +152,8 @@ def test_autotune_option_reaches_every_dataset_a_run_iterates(tmp_path, tok, mon
 
 
 @pytest.mark.parametrize("field,value", [
-    ("languages", ["en", "EN"]), ("languages", ["en", "en"]), ("language_sampling_temperature", 0.0),
+    ("languages", ["en", "EN"]), ("languages", ["en", "en"]), ("languages", ["en,de"]), ("languages", []),
+    ("language_sampling_temperature", 0.0),
     ("shuffle_buffer", -1), ("crop_area_range", (0.0, 1.0)), ("crop_area_range", (0.9, 0.5)),
     ("crop_aspect_range", (2.0, 1.0)), ("max_text_chars", 0), ("num_parallel_calls", 0),
     ("prefetch_batches", -1), ("autotune", None), ("tf_intra_op_threads", -1), ("tf_intra_op_threads", True),
@@ -167,6 +170,24 @@ def test_validate_rejects_bad_data_and_task_fields(field, value):
   name = field if field.startswith("tasks.") else f"data.{field}"
   with pytest.raises(config_lib.ConfigError, match=re.escape(f"config.{name}")):
     config_lib.validate(c)
+
+
+@pytest.mark.parametrize("field", ["data.languages", "data.synthetic.languages"])
+def test_a_comma_list_given_to_a_language_tuple_flag_is_an_error_that_shows_the_tuple(field):
+  """`--config.data.languages=en,de` reaches the config as the one entry 'en,de', which no
+  record's language would match (every record skipped as unknown): the error says so and
+  gives the flag that works; that flag's value is accepted."""
+  c = systems.base_config("mural")
+  section = c.data if field == "data.languages" else c.data.synthetic
+  section.languages = ("en,de",)
+  with pytest.raises(config_lib.ConfigError) as error:
+    config_lib.validate(c)
+    synthetic.Settings.from_config(c)
+  fix = f"""--config.{field}="('en', 'de')\""""
+  assert str(error.value) == f"config.{field}: 'en,de' is one entry, not a list: a flag gives a tuple, e.g. {fix}"
+  section.languages = ast.literal_eval(fix.split("=", 1)[1].strip('"'))
+  config_lib.validate(c)
+  synthetic.Settings.from_config(c)
 
 
 def test_every_epoch_is_a_new_permutation(tmp_path, tok):

@@ -664,10 +664,8 @@ def _require(ok: bool, field: str, message: str):
 def validate(c) -> None:
   """config.data.synthetic; raises config_lib.ConfigError naming the field."""
   s, f = c.data.synthetic, "data.synthetic."
-  langs = list(s.languages)
-  _require(len(langs) > 0 and all(l in LANGUAGES for l in langs), f + "languages",
-           f"{langs!r}: each must be one of {LANGUAGES}")
-  _require(len(set(langs)) == len(langs), f + "languages", f"has duplicates: {langs!r}")
+  langs = config_lib.language_codes(s.languages, f + "languages")
+  _require(all(l in LANGUAGES for l in langs), f + "languages", f"{langs!r}: each must be one of {LANGUAGES}")
   _require(isinstance(s.seed, int) and s.seed >= 0, f + "seed", f"must be an int >= 0, got {s.seed!r}")
   for name in ("default_pairs", "translation_pairs"):
     _require(isinstance(s[name], int) and s[name] >= 0, f + name, f"must be an int >= 0, got {s[name]!r}")
