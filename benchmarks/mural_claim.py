@@ -1,7 +1,7 @@
 """MURAL's claim on one machine: translation pairs lift a language scarce in image-caption pairs.
 
     python benchmarks/mural_claim.py --workdir=/tmp/mural_claim [--seed=0,1,2] [--steps=N]
-        [--scarce=sw] [--languages=en,de,sw] [--set=FIELD=VALUE ...]
+        [--scarce=sw] [--languages=en,de,sw] [--set=FIELD=VALUE ...] [--reuse]
 
 Three runs of configs/demo.py on the built-in data, identical but for the
 text-text task (mural/data/synthetic.py's docstring has the recipe):
@@ -41,13 +41,21 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def run(name, workdir, steps, extra, vocab):
-  """Trains one variant with mural.main; returns its final eval dict."""
+def run(name, workdir, steps, extra, vocab, reuse=False):
+  """Trains one variant with mural.main; returns its final eval dict. With `reuse`, a run this
+  workdir already finished with the same mural.main flags (its <name>.args.json) is read instead."""
   out = workdir / name
   args = [sys.executable, "-m", "mural.main", "--config=configs/demo.py", f"--workdir={out}",
           f"--config.total_steps={steps}", "--config.eval_every_steps=0", *extra]
   if vocab:
     args.append(f"--config.data.vocab_path={vocab}")
+  record, final = workdir / f"{name}.args.json", out / "eval" / f"step_{steps}.json"
+  if reuse and record.exists() and final.exists():
+    if json.loads(record.read_text()) == args[1:]:  # Not the interpreter: another venv may read it.
+      print(f"{name}: reused {out} (--reuse: the same flags)", flush=True)
+      return json.loads(final.read_text())
+    print(f"{name}: not reused: {record} records other flags", flush=True)
+  record.unlink(missing_ok=True)  # Written again when this run finishes.
   start = time.time()
   with open(workdir / f"{name}.log", "w") as log:
     rc = subprocess.run(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT).returncode
@@ -55,7 +63,8 @@ def run(name, workdir, steps, extra, vocab):
     last = ([""] + (workdir / f"{name}.log").read_text(errors="replace").strip().splitlines())[-1]
     sys.exit(f"mural_claim: run {name!r} failed (exit {rc}): {last}\n  see {workdir / f'{name}.log'}")
   print(f"{name}: {time.time() - start:.0f} s", flush=True)
-  return json.loads((out / "eval" / f"step_{steps}.json").read_text())
+  record.write_text(json.dumps(args[1:]))
+  return json.loads(final.read_text())
 
 
 ORDER = ("align", "mural", "control")
@@ -128,6 +137,9 @@ def main():
   parser.add_argument("--seed", default="", help="config.seed (model init and order), or several "
                       "comma-separated: three runs each, the table on their mean; default: the demo's. "
                       "Single runs vary by tens of points with it.")
+  parser.add_argument("--reuse", action="store_true",
+                      help="read, not rerun, each run this --workdir already finished with the same "
+                           "flags: e.g. --seed=0,1,2 --reuse after --seed=0,1 trains seed 2 alone")
   args = parser.parse_args()
   try:
     seeds = [int(x) for x in args.seed.split(",")] if args.seed else [None]
@@ -188,7 +200,7 @@ def main():
     seed_flag = [] if seed is None else [f"--config.seed={seed}"]
     results[seed] = {}
     for name, extra in variants.items():  # mural first: it learns the vocab the others reuse.
-      results[seed][name] = run(name, seed_dir, steps, extra + seed_flag, vocab)
+      results[seed][name] = run(name, seed_dir, steps, extra + seed_flag, vocab, args.reuse)
       vocab = vocab or str(seed_dir / "mural" / "vocab.txt")
 
   summary = summarize(results, languages, args.scarce)

@@ -1,5 +1,9 @@
 """benchmarks/mural_claim.py's summary: means over seeds and the three targets (no run is trained)."""
 
+import json
+import pathlib
+import subprocess
+
 import pytest
 
 from conftest import load_benchmark
@@ -82,3 +86,31 @@ def test_a_failing_run_stops_the_script_with_its_error_line(monkeypatch, tmp_pat
   assert str(exit_info.value).startswith("mural_claim: run 'mural' failed (exit 2): mural: error: "
                                          "config.total_steps: must be positive\n  see ")
   assert not (tmp_path / "mural" / "eval").exists()
+
+
+def test_reuse_reads_a_finished_run_only_when_its_recorded_flags_are_the_same(monkeypatch, tmp_path, capsys):
+  """--reuse adds seeds to a finished claim without training its runs again; a run recorded with
+  other flags (another --set, --steps, seed) is trained, not read. mural.main is replaced by a
+  stand-in that writes a final eval from the seed flag: what is checked is which runs start."""
+  claim = load_benchmark("mural_claim")
+  trained = []
+
+  def train(args, **kwargs):
+    trained.append(args)
+    out = pathlib.Path(next(a for a in args if a.startswith("--workdir=")).split("=", 1)[1])
+    seed = int(next(a for a in args if a.startswith("--config.seed=")).split("=", 1)[1])
+    (out / "eval").mkdir(parents=True, exist_ok=True)
+    (out / "eval" / "step_7.json").write_text(json.dumps({"sw/mR": 10.0 * seed}))
+    return subprocess.CompletedProcess(args, 0)
+
+  monkeypatch.setattr(claim.subprocess, "run", train)
+  assert claim.run("mural", tmp_path, 7, ["--config.seed=2"], None) == {"sw/mR": 20.0}
+  assert json.loads((tmp_path / "mural.args.json").read_text()) == trained[0][1:]
+  capsys.readouterr()
+  assert claim.run("mural", tmp_path, 7, ["--config.seed=2"], None, reuse=True) == {"sw/mR": 20.0}
+  assert len(trained) == 1 and capsys.readouterr().out.startswith("mural: reused ")
+  assert claim.run("mural", tmp_path, 7, ["--config.seed=3"], None, reuse=True) == {"sw/mR": 30.0}
+  assert len(trained) == 2 and "mural.args.json records other flags" in capsys.readouterr().out
+  assert json.loads((tmp_path / "mural.args.json").read_text()) == trained[1][1:]
+  assert claim.run("mural", tmp_path, 7, ["--config.seed=3"], None) == {"sw/mR": 30.0}
+  assert len(trained) == 3  # Without --reuse every run trains.
