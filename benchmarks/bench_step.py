@@ -520,8 +520,10 @@ def profile_step(compiled, state, batch, directory, top, steps, step_s):
   per_op = least_over_steps(events, steps)
   total = sum(per_op.values())
   summary = {} if not kernels else {
-      "profile_kernels_per_step": round(kernels["kernels"]), "profile_kernel_ms": round(kernels["kernel_s"] * 1e3, 3),
-      "profile_busy_ms": round(kernels["busy_s"] * 1e3, 3), "profile_busy_of_step": round(kernels["busy_s"] / step_s, 4),
+      "profile_kernels_per_step": round(kernels["kernels"]),
+      "profile_kernel_ms": round(kernels["kernel_s"] * 1e3, 3),
+      "profile_busy_ms": round(kernels["busy_s"] * 1e3, 3),
+      "profile_busy_of_step": round(kernels["busy_s"] / step_s, 4),
       "profile_kernel_ms_by_class": {k: round(v * 1e3, 3) for k, v in kernels["by_class"].items()}}
   if not total:
     print("profile: no per-op events (needs --xla_cpu_enable_xprof_traceme=true in XLA_FLAGS)")
@@ -546,8 +548,8 @@ def profile_step(compiled, state, batch, directory, top, steps, step_s):
     print(f"  {s * 1e3:9.3f} ms {s / total:5.1%}  {_category(opcode, body):13s} {name:32s} "
           f"{meta[-90:]}")
   summary.update({"profile_total_s": total, "profile_of_step": round(total / step_s, 4),
-             "profile_by_kind": {k: round(v / total, 4) for k, v in by_cat.items()},
-             "profile_by_part": {k: round(v / total, 4) for k, v in by_part.items()}})
+                  "profile_by_kind": {k: round(v / total, 4) for k, v in by_cat.items()},
+                  "profile_by_part": {k: round(v / total, 4) for k, v in by_part.items()}})
   return state, summary
 
 
