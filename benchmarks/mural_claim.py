@@ -41,6 +41,20 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
+def train(args, log_path, name, every_s=120):
+  """Runs mural.main's `args` into `log_path`; shows its progress line (step, loss, steps/s,
+  ETA) every `every_s` seconds, as a run takes up to half an hour. Returns its exit code."""
+  shown = time.time()
+  with open(log_path, "w") as log, subprocess.Popen(
+      args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace") as proc:
+    for line in proc.stdout:
+      log.write(line)
+      if " ETA " in line and time.time() - shown >= every_s:
+        print(f"{name}: {line.split('] ', 1)[-1].strip()}", flush=True)
+        shown = time.time()
+  return proc.returncode
+
+
 def run(name, workdir, steps, extra, vocab, reuse=False):
   """Trains one variant with mural.main; returns its final eval dict. With `reuse`, a run this
   workdir already finished with the same mural.main flags (its <name>.args.json) is read instead."""
@@ -57,8 +71,7 @@ def run(name, workdir, steps, extra, vocab, reuse=False):
     print(f"{name}: not reused: {record} records other flags", flush=True)
   record.unlink(missing_ok=True)  # Written again when this run finishes.
   start = time.time()
-  with open(workdir / f"{name}.log", "w") as log:
-    rc = subprocess.run(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT).returncode
+  rc = train(args, workdir / f"{name}.log", name)
   if rc:  # Its last line is mural.main's error (a bad --set or --steps fails here, in seconds).
     last = ([""] + (workdir / f"{name}.log").read_text(errors="replace").strip().splitlines())[-1]
     sys.exit(f"mural_claim: run {name!r} failed (exit {rc}): {last}\n  see {workdir / f'{name}.log'}")

@@ -2,7 +2,7 @@
 
 import json
 import pathlib
-import subprocess
+import sys
 
 import pytest
 
@@ -95,15 +95,15 @@ def test_reuse_reads_a_finished_run_only_when_its_recorded_flags_are_the_same(mo
   claim = load_benchmark("mural_claim")
   trained = []
 
-  def train(args, **kwargs):
+  def train(args, log_path, name):
     trained.append(args)
     out = pathlib.Path(next(a for a in args if a.startswith("--workdir=")).split("=", 1)[1])
     seed = int(next(a for a in args if a.startswith("--config.seed=")).split("=", 1)[1])
     (out / "eval").mkdir(parents=True, exist_ok=True)
     (out / "eval" / "step_7.json").write_text(json.dumps({"sw/mR": 10.0 * seed}))
-    return subprocess.CompletedProcess(args, 0)
+    return 0
 
-  monkeypatch.setattr(claim.subprocess, "run", train)
+  monkeypatch.setattr(claim, "train", train)
   assert claim.run("mural", tmp_path, 7, ["--config.seed=2"], None) == {"sw/mR": 20.0}
   assert json.loads((tmp_path / "mural.args.json").read_text()) == trained[0][1:]
   capsys.readouterr()
@@ -114,3 +114,13 @@ def test_reuse_reads_a_finished_run_only_when_its_recorded_flags_are_the_same(mo
   assert json.loads((tmp_path / "mural.args.json").read_text()) == trained[1][1:]
   assert claim.run("mural", tmp_path, 7, ["--config.seed=3"], None) == {"sw/mR": 30.0}
   assert len(trained) == 3  # Without --reuse every run trains.
+
+
+def test_train_logs_everything_and_shows_progress_lines(tmp_path, capsys):
+  claim = load_benchmark("mural_claim")
+  script = ("print('I1130 metric_log.py:83] step 100/200  loss 7.8  21.2 steps/s  ETA 0:00:05'); "
+            "print('I1130 train.py:288] Initialised 5 parameters.'); raise SystemExit(3)")
+  rc = claim.train([sys.executable, "-c", script], tmp_path / "run.log", "align", every_s=0)
+  assert rc == 3
+  assert capsys.readouterr().out == "align: step 100/200  loss 7.8  21.2 steps/s  ETA 0:00:05\n"
+  assert (tmp_path / "run.log").read_text().splitlines()[1] == "I1130 train.py:288] Initialised 5 parameters."
