@@ -4,7 +4,8 @@
 #   OUT=/tmp/gpu_bench bash benchmarks/gpu_bench.sh        # needs jax[cuda], torch, open_clip_torch, timm
 #   BUDGET=600 PER_RUN=240 bash benchmarks/gpu_bench.sh    # seconds in all / per run (defaults)
 #   RUNS="mural_bf16 mural_f32_fast_fused" bash benchmarks/gpu_bench.sh   # only these runs
-#   RUNS="mural_f32_profile" bash benchmarks/gpu_bench.sh   # + the per-op profile of the step (--profile)
+#   RUNS="mural_f32_profile mural_f32_conv_graphs" bash benchmarks/gpu_bench.sh   # the profiles (--profile),
+#                                     # the second with cuDNN convolutions in CUDA graphs (stop 61: not yet run)
 #
 # Runs, in order, each skipped when less than PER_RUN seconds of BUDGET are left:
 # bench_step.py with the GPU's `auto` implementations (XLA's convolutions, flax batch
@@ -44,6 +45,10 @@ run open_clip_bf16 bench_open_clip.py --device=cuda --configs=channels_last --am
 if [ -n "${RUNS:-}" ]; then
   run mural_f32_profile bench_step.py --pipeline_batches=0 --profile="$OUT/trace_f32" --top=25
   run mural_bf16_profile bench_step.py --pipeline_batches=0 --dtype=bfloat16 --profile="$OUT/trace_bf16" --top=25
+  # cuDNN's convolutions captured into XLA's CUDA graphs too (openxla/xla#34572; off by default),
+  # so fewer launches issue the step: the profile above found it bound by the host.
+  XLA_FLAGS="--xla_gpu_enable_command_buffer=+CONVOLUTION" \
+    run mural_f32_conv_graphs bench_step.py --pipeline_batches=0 --profile="$OUT/trace_conv_graphs" --top=10
 fi
 run mural_f32_fast_fused bench_step.py --pipeline_batches=0 --conv_impl=fast --norm_impl=fused
 echo "done at $SECONDS s"
