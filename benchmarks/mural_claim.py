@@ -25,8 +25,8 @@ default 20 Swahili captions, nothing (every word is seen), so a long run lets th
 control ground Swahili from them alone; at `--scarce_pairs=5` three in four
 held-out scenes have a word only the bitext teaches (README, "MURAL's claim"). Prints the
 per-language mR of the three runs and the differences; every run's workdir
-stays under --workdir (one seed: <workdir>/<run>; several: <workdir>/seed_<N>/<run>;
-metrics.jsonl, eval/step_<N>.json). One vocabulary, learned once from the
+stays under --workdir (<workdir>/seed_<N>/<run> for --seed=N, so --reuse can add seeds
+later; without --seed, <workdir>/<run>; metrics.jsonl, eval/step_<N>.json). One vocabulary, learned once from the
 first mural run's training text, serves every run so they see the same tokens.
 """
 
@@ -208,7 +208,7 @@ def main():
   }
   results, vocab = {}, None
   for seed in seeds:
-    seed_dir = workdir if len(seeds) == 1 else workdir / f"seed_{seed}"
+    seed_dir = workdir if seed is None else workdir / f"seed_{seed}"
     seed_dir.mkdir(parents=True, exist_ok=True)
     seed_flag = [] if seed is None else [f"--config.seed={seed}"]
     results[seed] = {}
