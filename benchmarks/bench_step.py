@@ -438,6 +438,7 @@ def device_op_events(planes, ops):
   or, inside a command buffer (a CUDA graph, whose kernels all carry the buffer's name), by its
   kernel name, which XLA derives from the op's ('.' -> '_'); a library's kernels there (cuBLAS,
   cuDNN) name no op and are left out. On the CPU, the events named after an op."""
+  planes = list(planes)  # ProfileData.planes is an iterator: read it once.
   on_device = _device_planes(planes)
   by_kernel = {name.replace(".", "_"): name for name in ops}
   events = {}

@@ -65,9 +65,9 @@ def test_profile_reads_a_gpus_kernels_by_their_hlo_op_and_the_cpus_events_by_nam
       event("fusion_1", 50, 4000, hlo_op="command_buffer_1"),
       event("sm90_xmma_gemm_f32", 60, 7000, hlo_op="command_buffer_1")])])
   bench = load_benchmark("bench_step")
-  assert bench.device_op_events([host, gpu], ops) == {
+  assert bench.device_op_events(iter([host, gpu]), ops) == {
       "fusion.1": [(10, 1e-6), (50, 4e-6)], "dot.2": [(20, 3e-6), (30, 2e-6)]}
-  assert bench.device_op_events([host], ops) == {"fusion.1": [(0, 5e-6)]}
+  assert bench.device_op_events(iter([host]), ops) == {"fusion.1": [(0, 5e-6)]}  # As ProfileData gives them.
 
 
 def test_device_kernels_sums_a_steps_kernels_by_kind_and_their_union_as_busy_time():
