@@ -26,8 +26,9 @@ control ground Swahili from them alone; at `--scarce_pairs=5` three in four
 held-out scenes have a word only the bitext teaches (README, "MURAL's claim"). Prints the
 per-language mR of the three runs and the differences; every run's workdir
 stays under --workdir (<workdir>/seed_<N>/<run> for --seed=N, so --reuse can add seeds
-later; without --seed, <workdir>/<run>; metrics.jsonl, eval/step_<N>.json). One vocabulary, learned once from the
-first mural run's training text, serves every run so they see the same tokens.
+later; without --seed, <workdir>/<run>; metrics.jsonl, eval/step_<N>.json). One
+vocabulary, learned once from the first mural run's training text, serves every run so
+they see the same tokens.
 """
 
 import argparse
