@@ -56,10 +56,11 @@ def train(args, log_path, name, every_s=120):
   return proc.returncode
 
 
-def run(name, workdir, steps, extra, vocab, reuse=False):
+def run(name, workdir, steps, extra, vocab, reuse=False, label=None):
   """Trains one variant with mural.main; returns its final eval dict. With `reuse`, a run this
-  workdir already finished with the same mural.main flags (its <name>.args.json) is read instead."""
-  out = workdir / name
+  workdir already finished with the same mural.main flags (its <name>.args.json) is read instead.
+  `label` names the run in what it prints (default `name`; "seed 1 mural" in a several-seed run)."""
+  out, label = workdir / name, label or name
   args = [sys.executable, "-m", "mural.main", "--config=configs/demo.py", f"--workdir={out}",
           f"--config.total_steps={steps}", "--config.eval_every_steps=0", *extra]
   if vocab:
@@ -67,16 +68,16 @@ def run(name, workdir, steps, extra, vocab, reuse=False):
   record, final = workdir / f"{name}.args.json", out / "eval" / f"step_{steps}.json"
   if reuse and record.exists() and final.exists():
     if json.loads(record.read_text()) == args[1:]:  # Not the interpreter: another venv may read it.
-      print(f"{name}: reused {out} (--reuse: the same flags)", flush=True)
+      print(f"{label}: reused {out} (--reuse: the same flags)", flush=True)
       return json.loads(final.read_text())
-    print(f"{name}: not reused: {record} records other flags", flush=True)
+    print(f"{label}: not reused: {record} records other flags", flush=True)
   record.unlink(missing_ok=True)  # Written again when this run finishes.
   start = time.time()
-  rc = train(args, workdir / f"{name}.log", name)
+  rc = train(args, workdir / f"{name}.log", label)
   if rc:  # Its last line is mural.main's error (a bad --set or --steps fails here, in seconds).
     last = ([""] + (workdir / f"{name}.log").read_text(errors="replace").strip().splitlines())[-1]
-    sys.exit(f"mural_claim: run {name!r} failed (exit {rc}): {last}\n  see {workdir / f'{name}.log'}")
-  print(f"{name}: {time.time() - start:.0f} s", flush=True)
+    sys.exit(f"mural_claim: run {label!r} failed (exit {rc}): {last}\n  see {workdir / f'{name}.log'}")
+  print(f"{label}: {time.time() - start:.0f} s", flush=True)
   record.write_text(json.dumps(args[1:]))
   return json.loads(final.read_text())
 
@@ -214,7 +215,8 @@ def main():
     seed_flag = [] if seed is None else [f"--config.seed={seed}"]
     results[seed] = {}
     for name, extra in variants.items():  # mural first: it learns the vocab the others reuse.
-      results[seed][name] = run(name, seed_dir, steps, extra + seed_flag, vocab, args.reuse)
+      label = name if len(seeds) == 1 else f"seed {seed} {name}"
+      results[seed][name] = run(name, seed_dir, steps, extra + seed_flag, vocab, args.reuse, label)
       vocab = vocab or str(seed_dir / "mural" / "vocab.txt")
 
   summary = summarize(results, languages, args.scarce)

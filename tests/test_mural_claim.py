@@ -107,8 +107,8 @@ def test_reuse_reads_a_finished_run_only_when_its_recorded_flags_are_the_same(mo
   assert claim.run("mural", tmp_path, 7, ["--config.seed=2"], None) == {"sw/mR": 20.0}
   assert json.loads((tmp_path / "mural.args.json").read_text()) == trained[0][1:]
   capsys.readouterr()
-  assert claim.run("mural", tmp_path, 7, ["--config.seed=2"], None, reuse=True) == {"sw/mR": 20.0}
-  assert len(trained) == 1 and capsys.readouterr().out.startswith("mural: reused ")
+  assert claim.run("mural", tmp_path, 7, ["--config.seed=2"], None, reuse=True, label="seed 2 mural") == {"sw/mR": 20.0}
+  assert len(trained) == 1 and capsys.readouterr().out.startswith("seed 2 mural: reused ")
   assert claim.run("mural", tmp_path, 7, ["--config.seed=3"], None, reuse=True) == {"sw/mR": 30.0}
   assert len(trained) == 2 and "mural.args.json records other flags" in capsys.readouterr().out
   assert json.loads((tmp_path / "mural.args.json").read_text()) == trained[1][1:]
