@@ -492,6 +492,51 @@ def device_kernels(planes, steps):
           "short": sum(e - s < 5000 for s, e, _ in events) / len(events)}
 
 
+def host_issue(planes, steps):
+  """What the host spends issuing a GPU step (XLA's own trace events, per traced step): the
+  executable's thunks, and within them the CUDA graphs launched and their updates. A step
+  whose device is idle while these run is bound by the host. None where the trace has no
+  GPU executable (the CPU, or an XLA that names these events otherwise)."""
+  thunks, launches, launch_ns, update_ns = 0, 0, 0, 0
+  for plane in planes:
+    if plane.name.startswith("/device:"):
+      continue
+    for line in plane.lines:
+      for event in line.events:
+        if event.name.endswith("GpuExecutable::ExecuteThunks"):
+          thunks += event.duration_ns
+        elif event.name.startswith("cuGraphLaunch"):
+          launches, launch_ns = launches + 1, launch_ns + event.duration_ns
+        elif event.name == "command_buffer::update":
+          update_ns += event.duration_ns
+  if not thunks:
+    return None
+  return {"thunks_s": thunks / steps / 1e9, "graph_launches": launches / steps,
+          "graph_launch_s": launch_ns / steps / 1e9, "graph_update_s": update_ns / steps / 1e9}
+
+
+def accelerator_lines(kernels, host, steps, step_s):
+  """device_kernels' and host_issue's figures as the profile's lines (none on the CPU)."""
+  lines = []
+  if kernels:
+    lines.append(
+        f"profile: the device ran {kernels['kernels']:.0f} kernels a step, "
+        f"{kernels['kernel_s'] * 1e3:.2f} ms of kernels ("
+        + ", ".join(f"{k} {v / kernels['kernel_s']:.0%}" for k, v in
+                    sorted(kernels["by_class"].items(), key=lambda kv: -kv[1]))
+        + f"; {kernels['short']:.0%} of the kernels under 5 us); busy {kernels['busy_s'] * 1e3:.2f} "
+        f"ms a step (their union, mean over {steps} traced steps) = "
+        f"{kernels['busy_s'] / step_s:.0%} of the timed step's median ({step_s * 1e3:.2f} ms): the "
+        "rest the device waited for the host")
+  if host:
+    lines.append(
+        f"profile: the host issued it in {host['thunks_s'] * 1e3:.2f} ms a step (the executable's "
+        f"thunks): {host['graph_launches']:.0f} CUDA graphs launched in "
+        f"{host['graph_launch_s'] * 1e3:.2f} ms and updated in {host['graph_update_s'] * 1e3:.2f} ms, "
+        "the rest the kernels launched one by one and XLA's own work")
+  return lines
+
+
 def profile_step(compiled, state, batch, directory, top, steps, step_s):
   """Traces `steps` steps into `directory`; prints the top ops by their least time over
   the steps, and totals by kind and part, and their sum against the timed step (`step_s`): on
@@ -507,16 +552,9 @@ def profile_step(compiled, state, batch, directory, top, steps, step_s):
     return state, {}
   data = jax.profiler.ProfileData.from_file(max(paths, key=os.path.getmtime))
   ops = _hlo_ops(compiled.as_text())
-  kernels = device_kernels(data.planes, steps)
-  if kernels:
-    print(f"profile: the device ran {kernels['kernels']:.0f} kernels a step, "
-          f"{kernels['kernel_s'] * 1e3:.2f} ms of kernels ("
-          + ", ".join(f"{k} {v / kernels['kernel_s']:.0%}" for k, v in
-                      sorted(kernels["by_class"].items(), key=lambda kv: -kv[1]))
-          + f"; {kernels['short']:.0%} of the kernels under 5 us); busy {kernels['busy_s'] * 1e3:.2f} "
-          f"ms a step (their union, mean over {steps} traced steps) = "
-          f"{kernels['busy_s'] / step_s:.0%} of the timed step's median ({step_s * 1e3:.2f} ms): the "
-          "rest the device waited for the host")
+  kernels, host = device_kernels(data.planes, steps), host_issue(data.planes, steps)
+  for line in accelerator_lines(kernels, host, steps, step_s):
+    print(line)
   events = device_op_events(data.planes, ops)
   per_op = least_over_steps(events, steps)
   total = sum(per_op.values())
@@ -526,6 +564,9 @@ def profile_step(compiled, state, batch, directory, top, steps, step_s):
       "profile_busy_ms": round(kernels["busy_s"] * 1e3, 3),
       "profile_busy_of_step": round(kernels["busy_s"] / step_s, 4),
       "profile_kernel_ms_by_class": {k: round(v * 1e3, 3) for k, v in kernels["by_class"].items()}}
+  if kernels and host:
+    summary.update({"profile_host_thunks_ms": round(host["thunks_s"] * 1e3, 3),
+                    "profile_graph_launches": round(host["graph_launches"])})
   if not total:
     print("profile: no per-op events (needs --xla_cpu_enable_xprof_traceme=true in XLA_FLAGS)")
     return state, summary

@@ -89,6 +89,31 @@ def test_device_kernels_sums_a_steps_kernels_by_kind_and_their_union_as_busy_tim
   assert bench.device_kernels([NS(name="/host:CPU", lines=[])], steps=2) is None
 
 
+def test_host_issue_sums_the_executables_thunks_and_its_graph_launches_per_step():
+  from types import SimpleNamespace as NS  # pylint: disable=g-import-not-at-top
+  bench = load_benchmark("bench_step")
+  event = lambda name, ns: NS(name=name, duration_ns=ns)
+  host = NS(name="/host:CPU", lines=[NS(name="python3", events=[
+      event("[0] GpuExecutable::ExecuteThunks", 26_000_000), event("[0] GpuExecutable::ExecuteThunks", 28_000_000),
+      event("cuGraphLaunch (CudaGraph:339)", 80_000), event("cuGraphLaunch (CudaGraph:698)", 60_000),
+      event("command_buffer::update", 30_000), event("PjitFunction(jit(train_step))", 36_000_000)])])
+  gpu = NS(name="/device:GPU:0", lines=[NS(name="Stream #14", events=[event("cuGraphLaunch", 1)])])
+  got = bench.host_issue([host, gpu], steps=2)
+  assert got == pytest.approx({"thunks_s": 0.027, "graph_launches": 1.0, "graph_launch_s": 70e-6,
+                               "graph_update_s": 15e-6})
+  assert bench.host_issue([NS(name="/host:CPU", lines=[NS(name="python", events=[
+      event("ThunkExecutor::Execute", 5)])])], steps=2) is None  # The CPU's executable.
+  kernels = {"kernels": 2448.0, "kernel_s": 0.015, "busy_s": 0.0147, "short": 0.78,
+             "by_class": {"XLA fusion": 0.0082, "convolution": 0.0046, "GEMM": 0.002, "copy / memset": 0.0002}}
+  device, issue = bench.accelerator_lines(kernels, got, 5, 0.0294)
+  assert device.startswith("profile: the device ran 2448 kernels a step, 15.00 ms of kernels (XLA fusion 55%, "
+                           "convolution 31%, GEMM 13%, copy / memset 1%; 78% of the kernels under 5 us); "
+                           "busy 14.70 ms a step") and "= 50% of the timed step's median (29.40 ms)" in device
+  assert issue.startswith("profile: the host issued it in 27.00 ms a step (the executable's thunks): "
+                          "1 CUDA graphs launched in 0.07 ms and updated in 0.02 ms")
+  assert bench.accelerator_lines(None, None, 5, 0.03) == []
+
+
 def test_flops_counted_in_a_cpu_child_process_are_this_processs_lowered_count():
   """On a GPU the MFU's FLOPs come from a child process on the CPU backend (XLA's GPU cost
   analysis leaves cuDNN's convolutions out): the child gets this run's flags and the
