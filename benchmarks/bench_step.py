@@ -97,6 +97,12 @@ What it prints:
                  the total can exceed the step. It turns on XLA's per-op
                  trace events (--xla_cpu_enable_xprof_traceme), which slow
                  every step a little: take timings from a run without it.
+                 On a GPU, first what a traced step asks of the card (kernels a
+                 step, their time by kind, the share under 5 us, the time the
+                 card was busy against the timed step) and what the host spent
+                 issuing it (the executable's thunks, CUDA graphs launched and
+                 updated): a card busy for a fraction of the step waits on the
+                 host (an H200 at batch 128: 45-70%, benchmarks/README.md);
 The last line is one JSON object with all these figures.
 """
 
