@@ -659,8 +659,7 @@ def main(argv=None) -> None:
   t2 = time.perf_counter()
   del lowered  # Its module is not needed to run the step.
   rss_compiled = peak_rss_bytes()
-  host_memory.release_freed_memory()  # As train_and_evaluate does once its step is compiled,
-  host_memory.keep_temporaries()  # and this (only with MURAL_KEEP_XLA_TEMPORARIES=1).
+  host_memory.release_freed_memory()  # As train_and_evaluate does once its step is compiled.
   lower_s, compile_s = t1 - t0, t2 - t1
   print(f"params: {n_params / 1e6:.2f} M; trace + lower {lower_s:.1f} s, compile {compile_s:.1f} s")
 

@@ -22,17 +22,6 @@ kernel's THP mode is not `madvise` (`always` already gives huge pages,
 `release_freed_memory()` (the trainer, once its step is compiled) returns the
 compile's freed heap to the OS: peak memory, not speed.
 
-`MURAL_KEEP_XLA_TEMPORARIES=1` (opt-in: speed for memory) keeps the temporaries
-instead: one malloc arena from the start (XLA's executor threads would otherwise
-get arenas whose large blocks are always mmapped), and once the step is compiled
-`keep_temporaries()` has malloc serve every block from its heap and keep what is
-freed. No page faults in the step, and no steps slowed by them: bench_step.py on
-a 2-core AMD EPYC with AVX-512, alternating: 68.98 and 66.48 samples/s against
-63.63 and 60.71 (1.08-1.10x; MFU 48.0-48.6% against 42.9-43.8%), peak RSS 3.09-3.15
-GiB against 2.71. The heap can hold a second region of the temporaries' size (the
-freed one split by small blocks): a bare loop of the same step reached 4.48 GiB
-(benchmarks/README.md). Off by default until measured on the other CPUs.
-
 `prefer_memory_saving_schedule()` (the same entry points, before JAX loads)
 turns off XLA's concurrency-optimised CPU scheduler, which orders a program's
 ops for parallel execution and keeps more buffers live at once; XLA's default
@@ -51,9 +40,6 @@ import sys
 from typing import Dict, Optional
 
 TUNABLE = "glibc.malloc.hugetlb"
-ARENA_TUNABLE = "glibc.malloc.arena_max"
-KEEP_ENV = "MURAL_KEEP_XLA_TEMPORARIES"
-_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # mallopt's parameters (malloc.h).
 SCHEDULER_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler"
 _THP_MODE = "/sys/kernel/mm/transparent_hugepage/enabled"
 
@@ -81,30 +67,11 @@ def glibc_version() -> tuple:
 
 def environment_with_huge_pages(environ: Dict[str, str], glibc: tuple,
                                 thp: str) -> Optional[Dict[str, str]]:
-  """`environ` with the tunables added to GLIBC_TUNABLES (huge pages where they help; one arena
-  with MURAL_KEEP_XLA_TEMPORARIES=1), or None where none is to be added."""
+  """`environ` with the tunable added to GLIBC_TUNABLES, or None where it would not help."""
   tunables = environ.get("GLIBC_TUNABLES", "")
-  add = []
-  if glibc >= (2, 35) and thp == "madvise" and TUNABLE not in tunables:
-    add.append(f"{TUNABLE}=1")
-  if glibc and environ.get(KEEP_ENV) == "1" and ARENA_TUNABLE not in tunables:
-    add.append(f"{ARENA_TUNABLE}=1")
-  if not add:
+  if glibc < (2, 35) or thp != "madvise" or TUNABLE in tunables:
     return None
-  return dict(environ, GLIBC_TUNABLES=":".join(t for t in [tunables] + add if t))
-
-
-def keep_temporaries() -> bool:
-  """With MURAL_KEEP_XLA_TEMPORARIES=1 (and glibc): from now on malloc serves every block from
-  its heap and keeps what is freed, so XLA's per-step temporaries are not mmapped and faulted
-  in afresh each step. Call once the step is compiled (after release_freed_memory). Returns
-  whether it did. See the module docstring for what it costs."""
-  if os.environ.get(KEEP_ENV) != "1" or not glibc_version():
-    return False
-  libc = ctypes.CDLL(None)
-  libc.mallopt(_M_MMAP_MAX, 0)
-  libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1)
-  return True
+  return dict(environ, GLIBC_TUNABLES=":".join(t for t in (tunables, f"{TUNABLE}=1") if t))
 
 
 def reexec() -> None:

@@ -312,7 +312,6 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
   if compiling is not None:
     compiling.result()
   host_memory.release_freed_memory()  # The compile's freed heap (~1 GiB at bench_step's size).
-  host_memory.keep_temporaries()  # Only with MURAL_KEEP_XLA_TEMPORARIES=1 (mural/host_memory.py).
   total = config.total_steps
   preempted = False
   early_stopped = stopper is not None and stopper.exhausted

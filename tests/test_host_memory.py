@@ -24,13 +24,6 @@ ON = "glibc.malloc.hugetlb=1"
     ({}, (2, 36), "always", None),  # Huge pages already.
     ({}, (2, 36), "never", None),  # Refused by the kernel.
     ({}, (2, 36), "", None),
-    # MURAL_KEEP_XLA_TEMPORARIES=1: one arena too, added once, with or without huge pages.
-    ({"MURAL_KEEP_XLA_TEMPORARIES": "1"}, (2, 36), "madvise", ON + ":glibc.malloc.arena_max=1"),
-    ({"MURAL_KEEP_XLA_TEMPORARIES": "1"}, (2, 34), "madvise", "glibc.malloc.arena_max=1"),
-    ({"MURAL_KEEP_XLA_TEMPORARIES": "1", "GLIBC_TUNABLES": ON + ":glibc.malloc.arena_max=1"}, (2, 36), "madvise",
-     None),
-    ({"MURAL_KEEP_XLA_TEMPORARIES": "1"}, (), "madvise", None),
-    ({"MURAL_KEEP_XLA_TEMPORARIES": "0"}, (2, 34), "madvise", None),
 ])
 def test_environment_with_huge_pages(environ, glibc, thp, want):
   got = host_memory.environment_with_huge_pages(dict(environ, PATH="/bin"), glibc, thp)
@@ -88,50 +81,6 @@ def test_reexec_sets_the_tunable_once_and_cuts_page_faults():
   assert off_tunables == "glibc.malloc.hugetlb=0"  # Left as the user set it.
   # 5 x 64 MiB: 16k faults per block in 4 KiB pages, 32 in 2 MiB ones (measured 82k vs 2.7k).
   assert faults < 0.1 * off_faults, (faults, off_faults)
-
-
-_KEPT = """
-import resource, sys, threading
-sys.path.insert(0, {root!r})
-from mural import host_memory
-host_memory.reexec()
-import ctypes, json, os
-libc = ctypes.CDLL("libc.so.6")
-libc.malloc.restype = ctypes.c_void_p
-libc.free.argtypes = [ctypes.c_void_p]
-kept = host_memory.keep_temporaries()
-faults = []
-def step():  # As XLA's executor thread: a 64 MiB block malloc'd, written and freed, 5 times.
-  for _ in range(5):
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    block = libc.malloc(64 << 20)
-    ctypes.memset(block, 1, 64 << 20)
-    libc.free(block)
-    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-thread = threading.Thread(target=step)
-thread.start()
-thread.join()
-print(json.dumps([kept, os.environ.get("GLIBC_TUNABLES", ""), faults]))
-"""
-
-
-def test_keep_temporaries_stops_a_threads_large_blocks_faulting_in_again():
-  """MURAL_KEEP_XLA_TEMPORARIES=1: after the first block, a worker thread's 64 MiB blocks reuse
-  the heap (no faults); without it each is a fresh mmap faulted in again."""
-  if not host_memory.glibc_version():
-    pytest.skip("mallopt and the arena tunable are glibc's")
-  runs = {}
-  for keep in ("1", "0"):
-    environ = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
-    out = subprocess.run([sys.executable, "-c", _KEPT.format(root=str(ROOT))], capture_output=True, text=True,
-                         timeout=120, check=True, env=dict(environ, MURAL_KEEP_XLA_TEMPORARIES=keep)).stdout
-    runs[keep] = json.loads(out)
-  kept, tunables, faults = runs["1"]
-  assert kept and "glibc.malloc.arena_max=1" in tunables
-  assert max(faults[1:]) < 0.05 * faults[0], faults  # The first block faults in; the others reuse it.
-  kept, tunables, faults = runs["0"]
-  assert not kept and "arena_max" not in tunables
-  assert min(faults[1:]) > 0.5 * faults[0], faults  # Each block afresh.
 
 
 _FREED = """
