@@ -107,6 +107,7 @@ The last line is one JSON object with all these figures.
 """
 
 import argparse
+import collections
 import json
 import os
 import re
@@ -489,9 +490,9 @@ def device_kernels(planes, steps):
     else:
       end = max(end, e)
   busy += end - start
-  by_class = {}
+  by_class = collections.Counter()
   for s, e, name in events:
-    by_class[kernel_class(name)] = by_class.get(kernel_class(name), 0) + e - s
+    by_class[kernel_class(name)] += e - s
   return {"kernels": len(events) / steps, "kernel_s": sum(by_class.values()) / steps / 1e9,
           "busy_s": busy / steps / 1e9,
           "by_class": {k: v / steps / 1e9 for k, v in by_class.items()},
@@ -558,23 +559,25 @@ def profile_step(compiled, state, batch, directory, top, steps, step_s):
     return state, {}
   data = jax.profiler.ProfileData.from_file(max(paths, key=os.path.getmtime))
   ops = _hlo_ops(compiled.as_text())
-  kernels, host = device_kernels(data.planes, steps), host_issue(data.planes, steps)
+  planes = list(data.planes)  # An iterator of wrappers: read the trace once.
+  kernels, host = device_kernels(planes, steps), host_issue(planes, steps)
   for line in accelerator_lines(kernels, host, steps, step_s):
     print(line)
-  events = device_op_events(data.planes, ops)
-  per_op = least_over_steps(events, steps)
-  total = sum(per_op.values())
-  summary = {} if not kernels else {
-      "profile_kernels_per_step": round(kernels["kernels"]),
-      "profile_kernel_ms": round(kernels["kernel_s"] * 1e3, 3),
-      "profile_busy_ms": round(kernels["busy_s"] * 1e3, 3),
-      "profile_busy_of_step": round(kernels["busy_s"] / step_s, 4),
-      "profile_kernel_ms_by_class": {k: round(v * 1e3, 3) for k, v in kernels["by_class"].items()}}
-  if kernels and host:
+  summary = {}
+  if kernels:
+    summary.update({"profile_kernels_per_step": round(kernels["kernels"]),
+                    "profile_kernel_ms": round(kernels["kernel_s"] * 1e3, 3),
+                    "profile_busy_ms": round(kernels["busy_s"] * 1e3, 3),
+                    "profile_busy_of_step": round(kernels["busy_s"] / step_s, 4),
+                    "profile_kernel_ms_by_class": {k: round(v * 1e3, 3) for k, v in kernels["by_class"].items()}})
+  if host:
     summary.update({"profile_host_thunks_ms": round(host["thunks_s"] * 1e3, 3),
                     "profile_graph_launches": round(host["graph_launches"])})
+  per_op = least_over_steps(device_op_events(planes, ops), steps)
+  total = sum(per_op.values())
   if not total:
-    print("profile: no per-op events (needs --xla_cpu_enable_xprof_traceme=true in XLA_FLAGS)")
+    print("profile: no kernel named after an XLA op" if kernels else
+          "profile: no per-op events (needs --xla_cpu_enable_xprof_traceme=true in XLA_FLAGS)")
     return state, summary
   by_cat, by_part = {}, {}
   for name, s in per_op.items():

@@ -44,16 +44,18 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 def train(args, log_path, name, every_s=120):
   """Runs mural.main's `args` into `log_path`; shows its progress line (step, loss, steps/s,
-  ETA) every `every_s` seconds, as a run takes up to half an hour. Returns its exit code."""
-  shown = time.time()
+  ETA) every `every_s` seconds, as a run takes up to half an hour. Returns its exit code and
+  its last non-empty line (on a failure, mural.main's error)."""
+  shown, last = time.time(), ""
   with open(log_path, "w") as log, subprocess.Popen(
       args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace") as proc:
     for line in proc.stdout:
       log.write(line)
+      last = line.strip() or last
       if " ETA " in line and time.time() - shown >= every_s:
         print(f"{name}: {line.split('] ', 1)[-1].strip()}", flush=True)
         shown = time.time()
-  return proc.returncode
+  return proc.returncode, last
 
 
 def run(name, workdir, steps, extra, vocab, reuse=False, label=None):
@@ -73,9 +75,8 @@ def run(name, workdir, steps, extra, vocab, reuse=False, label=None):
     print(f"{label}: not reused: {record} records other flags", flush=True)
   record.unlink(missing_ok=True)  # Written again when this run finishes.
   start = time.time()
-  rc = train(args, workdir / f"{name}.log", label)
-  if rc:  # Its last line is mural.main's error (a bad --set or --steps fails here, in seconds).
-    last = ([""] + (workdir / f"{name}.log").read_text(errors="replace").strip().splitlines())[-1]
+  rc, last = train(args, workdir / f"{name}.log", label)
+  if rc:  # A bad --set or --steps fails here, in seconds, with mural.main's error as `last`.
     sys.exit(f"mural_claim: run {label!r} failed (exit {rc}): {last}\n  see {workdir / f'{name}.log'}")
   print(f"{label}: {time.time() - start:.0f} s", flush=True)
   record.write_text(json.dumps(args[1:]))

@@ -1,4 +1,5 @@
-"""benchmarks/mural_claim.py's summary: means over seeds and the three targets (no run is trained)."""
+"""benchmarks/mural_claim.py: the summary's means over seeds and the three targets, its errors,
+--reuse and progress lines (no run is trained to the end)."""
 
 import json
 import pathlib
@@ -101,7 +102,7 @@ def test_reuse_reads_a_finished_run_only_when_its_recorded_flags_are_the_same(mo
     seed = int(next(a for a in args if a.startswith("--config.seed=")).split("=", 1)[1])
     (out / "eval").mkdir(parents=True, exist_ok=True)
     (out / "eval" / "step_7.json").write_text(json.dumps({"sw/mR": 10.0 * seed}))
-    return 0
+    return 0, ""
 
   monkeypatch.setattr(claim, "train", train)
   assert claim.run("mural", tmp_path, 7, ["--config.seed=2"], None) == {"sw/mR": 20.0}
@@ -120,7 +121,7 @@ def test_train_logs_everything_and_shows_progress_lines(tmp_path, capsys):
   claim = load_benchmark("mural_claim")
   script = ("print('I1130 metric_log.py:83] step 100/200  loss 7.8  21.2 steps/s  ETA 0:00:05'); "
             "print('I1130 train.py:288] Initialised 5 parameters.'); raise SystemExit(3)")
-  rc = claim.train([sys.executable, "-c", script], tmp_path / "run.log", "align", every_s=0)
-  assert rc == 3
+  rc, last = claim.train([sys.executable, "-c", script], tmp_path / "run.log", "align", every_s=0)
+  assert rc == 3 and last == "I1130 train.py:288] Initialised 5 parameters."
   assert capsys.readouterr().out == "align: step 100/200  loss 7.8  21.2 steps/s  ETA 0:00:05\n"
   assert (tmp_path / "run.log").read_text().splitlines()[1] == "I1130 train.py:288] Initialised 5 parameters."

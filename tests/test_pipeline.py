@@ -181,8 +181,7 @@ def test_a_comma_list_given_to_a_language_tuple_flag_is_an_error_that_shows_the_
   section = c.data if field == "data.languages" else c.data.synthetic
   section.languages = ("en,de",)
   with pytest.raises(config_lib.ConfigError) as error:
-    config_lib.validate(c)
-    synthetic.Settings.from_config(c)
+    config_lib.validate(c)  # It validates data.synthetic too.
   fix = f"""--config.{field}="('en', 'de')\""""
   assert str(error.value) == f"config.{field}: 'en,de' is one entry, not a list: a flag gives a tuple, e.g. {fix}"
   section.languages = ast.literal_eval(fix.split("=", 1)[1].strip('"'))
