@@ -397,3 +397,68 @@ def from_file(path) -> ml_collections.ConfigDict:
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module.get_config()
+
+
+# ---------------------------------------------------------------------------
+# The config a workdir was trained with: --mode=train writes it, and --mode=eval|export
+# (or a resumed train) without --config read it back.
+
+RECORD = "config.json"
+
+
+def record_path(workdir: str):
+  from etils import epath  # pylint: disable=g-import-not-at-top
+  return epath.Path(workdir) / RECORD
+
+
+def write_record(config: ml_collections.ConfigDict, workdir: str) -> list:
+  """Writes the resolved config to WORKDIR/config.json; returns the fields that differ from the
+  record an earlier run left there (a resumed run with other flags), as dotted names."""
+  path = record_path(workdir)
+  changed = differences(recorded(workdir), config) if path.exists() else []
+  path.write_text(config.to_json(indent=1, sort_keys=True) + "\n")
+  return changed
+
+
+def recorded(workdir: str) -> ml_collections.ConfigDict:
+  """The config WORKDIR/config.json records, locked as a config file's (JSON lists come back as
+  tuples: a config's sequences are read, never grown)."""
+  import json  # pylint: disable=g-import-not-at-top
+  path = record_path(workdir)
+  try:
+    values = json.loads(path.read_text())
+  except FileNotFoundError:
+    raise ConfigError(f"{path}: no such file (a --mode=train run writes it; pass --config)") from None
+  except ValueError as e:
+    raise ConfigError(f"{path}: not a config record ({e})") from None
+  if not isinstance(values, dict) or not isinstance(values.get("system"), str):
+    raise ConfigError(f"{path}: not a config record (a JSON object with a system)")
+
+  def frozen(value):
+    if isinstance(value, dict):
+      return {k: frozen(v) for k, v in value.items()}
+    return tuple(frozen(v) for v in value) if isinstance(value, list) else value
+
+  config = ml_collections.ConfigDict(frozen(values))
+  config.lock()
+  return config
+
+
+def differences(a: ml_collections.ConfigDict, b: ml_collections.ConfigDict) -> list:
+  """Dotted names of the fields whose values differ between two configs (or exist in one)."""
+  import json  # pylint: disable=g-import-not-at-top
+
+  def flat(config):
+    out = {}
+
+    def walk(value, prefix):
+      if isinstance(value, dict):
+        for k, v in value.items():
+          walk(v, f"{prefix}{k}.")
+      else:
+        out[prefix[:-1]] = value
+    walk(json.loads(config.to_json()), "")
+    return out
+
+  fa, fb = flat(a), flat(b)
+  return sorted(k for k in fa.keys() | fb.keys() if fa.get(k) != fb.get(k))

@@ -1,6 +1,8 @@
 """Command line: `python -m mural.main --config=FILE --workdir=DIR [--mode=train|eval|describe]`.
 
   --config=configs/demo.py --config.total_steps=100   overrides any field (locked: typos fail)
+                    without --config, train|eval|export use DIR/config.json, the resolved
+                    config --mode=train records there
   --mode=train      train (resuming from DIR's latest checkpoint) and evaluate
   --mode=eval       evaluate DIR's latest checkpoint
   --mode=describe   print the model's parameter counts as JSON
@@ -150,6 +152,22 @@ def _writable_workdir(workdir: str) -> None:
     _fail(2, f"--workdir: {workdir} is not a writable directory ({e.strerror or _one_line(str(e))})")
 
 
+def _recorded_config():
+  """Without --config, the config WORKDIR/config.json records (written by --mode=train)."""
+  if _MODE.value in ("describe", "plan") or not _WORKDIR.value:
+    _fail(2, "--config is required" + ("" if _MODE.value in ("describe", "plan") else
+                                       " (or a --workdir a --mode=train run wrote config.json in)"))
+  if not config_lib.record_path(_WORKDIR.value).exists():
+    _fail(2, f"--config is required: --workdir {_WORKDIR.value} holds no {config_lib.RECORD} "
+          "(a --mode=train run writes it)")
+  try:
+    config = config_lib.recorded(_WORKDIR.value)
+  except config_lib.ConfigError as e:
+    _fail(2, str(e))
+  logging.info("Config: %s (recorded by the run that trained it).", config_lib.record_path(_WORKDIR.value))
+  return config
+
+
 def main(argv):
   global _TRAINING
   if len(argv) > 1:
@@ -158,7 +176,7 @@ def main(argv):
   try:
     config = _CONFIG.value
     if config is None:
-      _fail(2, "--config is required")
+      config = _recorded_config()
     config.keys()  # config_flags loads lazily: a bad file fails here.
   except OSError as e:
     _fail(2, "--config: " + _one_line(str(e)))

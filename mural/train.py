@@ -252,6 +252,10 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
 
   # ---- System, mesh, model, optimizer, shapes, shardings (see build) ---------
   setup = _setup_for(config, setup)
+  if jax.process_index() == 0:  # What made this workdir: --mode=eval|export read it back.
+    changed = config_lib.write_record(config, workdir)
+    if changed:
+      logging.warning("The config differs from the one %s recorded, in: %s.", workdir, ", ".join(changed))
   logging.info("System %r: tasks %s; mesh %s over %d devices, %d processes.", setup.system.name,
                [t.name for t in setup.tasks], dict(setup.mesh.shape), jax.device_count(),
                jax.process_count())

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, TINY_FEATURES, HookedIterator, sigterm, tiny_config, xla_flags
+from mural import config_lib
 from mural import embed
 from mural import export
 from mural import index as index_lib
@@ -356,8 +357,9 @@ def test_checkpoint_of_8_devices_exports_on_1(trained, tmp_path):
 
 
 def test_export_command_line_errors_are_one_line(tmp_path):
-  run = subprocess.run([sys.executable, "-m", "mural.main", f"--config={ROOT / 'configs' / 'tiny.py'}",
-                        f"--workdir={tmp_path}", "--mode=export"],
+  """Without --config: the config the workdir records (here tiny.py's), which reaches the export."""
+  config_lib.write_record(config_lib.from_file(ROOT / "configs" / "tiny.py"), str(tmp_path))
+  run = subprocess.run([sys.executable, "-m", "mural.main", f"--workdir={tmp_path}", "--mode=export"],
                        capture_output=True, text=True, timeout=300, cwd=ROOT,
                        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
   assert run.returncode == 1

@@ -122,10 +122,29 @@ def test_a_setup_runs_only_the_config_it_was_built_from(uninterrupted, tmp_path)
     config.total_steps -= 1
 
 
-def test_eval_mode_reads_the_latest_checkpoint(uninterrupted):
+def test_eval_mode_reads_the_latest_checkpoint_with_the_recorded_config(uninterrupted):
+  """The workdir's config.json gives back the config that trained it: the same JSON (the
+  Setup, which checks that, runs it), the same fields, locked."""
   config, workdir, result, setup = uninterrupted
-  scores = train.evaluate(config, str(workdir), setup=setup)
+  recorded = config_lib.recorded(str(workdir))
+  assert config_lib.differences(recorded, config) == []
+  with pytest.raises(AttributeError):
+    recorded.total_stepz = 3
+  scores = train.evaluate(recorded, str(workdir), setup=setup)
   assert scores == result["eval"]
+
+
+def test_a_run_records_its_config_and_names_what_a_resume_changed(tiny_vocab, tmp_path):
+  config = tiny_config(tiny_vocab)
+  assert config_lib.write_record(config, str(tmp_path)) == []
+  config_lib.validate(config_lib.recorded(str(tmp_path)))
+  changed = tiny_config(tiny_vocab, total_steps=11, **{"tasks.i2t.batch_size": 4})
+  assert config_lib.write_record(changed, str(tmp_path)) == ["tasks.i2t.batch_size", "total_steps"]
+  assert config_lib.recorded(str(tmp_path)).total_steps == 11
+  for text in ("{", "[1]", "{}"):
+    (tmp_path / "config.json").write_text(text)
+    with pytest.raises(config_lib.ConfigError, match=r"config\.json: not a config record"):
+      config_lib.recorded(str(tmp_path))
 
 
 def test_restore_params_reads_a_checkpoint_without_its_config(uninterrupted):
@@ -368,6 +387,8 @@ except SystemExit as e:
     ["--config=configs/tiny.py", "--config.system=clip", "--workdir=/tmp/x"],  # An unknown system.
     ["--config=configs/tiny.py", "--config.data.synthetic.translation_pairs_per_pair={'en-xx': 0}",
      "--workdir=/tmp/x"],  # A bad value of the built-in data.
+    ["--mode=eval", "--workdir=/nonexistent/x"],  # No --config, and no config.json recorded.
+    ["--mode=describe"],  # No --config.
 ])
 def test_config_mistakes_are_reported_before_tensorflow_and_jax_load(args):
   r = subprocess.run([sys.executable, "-c", _LOADED, *args], cwd=ROOT, capture_output=True, text=True,
