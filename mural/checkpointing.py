@@ -519,7 +519,7 @@ def read_params(workdir: str, step: Optional[int] = None) -> Tuple[int, dict]:
     steps = [best] + [s for s in steps if s != best]
   if step is not None:
     if step not in steps:
-      raise FileNotFoundError(f"no checkpoint {step} in {directory(workdir)} (steps: {steps})")
+      raise FileNotFoundError(f"no checkpoint {step} in {directory(workdir)} (steps: {sorted(steps)})")
     steps = [step]
   if not steps:
     raise FileNotFoundError(f"no checkpoint in {directory(workdir)}")
