@@ -199,6 +199,15 @@ def base_config() -> ml_collections.ConfigDict:
   c.early_stopping.patience = 10
   c.early_stopping.mode = "max"  # max | min: which way is better.
 
+  # A jax.profiler trace of training steps start_step .. start_step + num_steps - 1 (0: none),
+  # on process 0, into WORKDIR/plugins/profile: TensorBoard's Profile tab (pip install
+  # tensorboard-plugin-profile; or its trace.json.gz in Perfetto). Traced steps run slower;
+  # a run resumed past start_step traces nothing. On CPU, XLA's per-op events need
+  # XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true.
+  c.profile = ml_collections.ConfigDict()
+  c.profile.start_step = 10  # After the first steps' one-off costs.
+  c.profile.num_steps = 0
+
   # ---- Warm start (mural/warm_start.py) ------------------------------------
   # An export directory or a workdir whose variables start a new run (only
   # when the run's own workdir has no checkpoint): arrays that match by name
@@ -365,6 +374,8 @@ def validate(c: ml_collections.ConfigDict) -> None:
   _require(es.mode in ("max", "min"), "early_stopping.mode", f"{es.mode!r} not in ('max', 'min')")
   _require(not es.metric or c.eval_every_steps > 0, "early_stopping.metric",
            f"{es.metric!r} needs evaluations during training (eval_every_steps > 0)")
+  positive_int(c.profile, "start_step", "profile")
+  positive_int(c.profile, "num_steps", "profile", minimum=0)
   # The built-in data's section, checked here so its mistakes too come before TensorFlow loads
   # (NumPy only; imported here because it imports this module).
   from mural.data import synthetic  # pylint: disable=g-import-not-at-top

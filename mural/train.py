@@ -313,6 +313,7 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
       log.write(step, train_iter.skip_counts())
 
   # ---- Loop -----------------------------------------------------------------
+  trace = _StepTrace(config.profile, workdir)
   if compiling is not None:
     compiling.result()
   host_memory.release_freed_memory()  # The compile's freed heap (~1 GiB at bench_step's size).
@@ -327,7 +328,9 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
     with checkpointing.StopRequest() as stop_requested:
       for step in range(start_step + 1, total + 1 if not early_stopped else 0):
         batch = _device_batch(next(train_iter), shapes, setup.data_sharding)
+        trace.before(step)
         state, metrics = train_step(state, batch)
+        trace.after(step, metrics)
         log.add(step, metrics)
         preempted = stop_requested(step)
         evaluating = not preempted and (
@@ -353,12 +356,43 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
                        stopper.best_step)
           break
   finally:
+    trace.stop()  # A run that ends inside the traced steps still writes their trace.
     checkpoints.wait()  # Let an in-flight async save finish, even on an error.
     checkpoints.close()
     writer.close()
   return {"step": int(sharding.to_host(state.step)), "train": log.last, "eval": eval_results,
           "early_stopped": early_stopped, "best_step": stopper.best_step if stopper else None,
           "preempted": preempted, "state": state, "setup": setup}
+
+
+class _StepTrace:
+  """config.profile's jax.profiler trace of training steps, on process 0, into WORKDIR (jax
+  writes WORKDIR/plugins/profile/<time>/, where TensorBoard's Profile tab looks)."""
+
+  def __init__(self, profile, workdir: str):
+    self.first, self.last = profile.start_step, profile.start_step + profile.num_steps - 1
+    self.wanted = profile.num_steps > 0 and jax.process_index() == 0
+    self.workdir, self.tracing, self.outputs = workdir, False, None
+
+  def before(self, step: int):
+    if self.wanted and step == self.first:
+      jax.profiler.start_trace(self.workdir)
+      self.tracing = True
+
+  def after(self, step: int, outputs):
+    if self.tracing:
+      self.outputs = outputs
+      if step == self.last:
+        self.stop()
+
+  def stop(self):
+    if self.tracing:
+      jax.block_until_ready(self.outputs)  # The last traced step's work is in the trace.
+      jax.profiler.stop_trace()
+      self.tracing = self.wanted = False
+      self.outputs = None
+      logging.info("Traced training from step %d into %s/plugins/profile (TensorBoard's Profile "
+                   "tab).", self.first, self.workdir)
 
 
 def evaluate(config, workdir: str, *, step: Optional[int] = None,

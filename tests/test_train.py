@@ -41,10 +41,11 @@ def _pipeline(config, workdir, setup=None):
 
 @pytest.fixture(scope="module")
 def uninterrupted(tiny_vocab, tmp_path_factory):
-  """10 steps, eval and checkpoint every 5: the reference run; its Setup, which the runs and
-  evaluations of the same config below reuse (nothing traced or compiled again)."""
+  """10 steps, eval and checkpoint every 5, steps 3-4 profiled: the reference run; its Setup,
+  which the runs and evaluations of the same config below reuse (nothing traced or compiled
+  again)."""
   workdir = tmp_path_factory.mktemp("full")
-  config = tiny_config(tiny_vocab)
+  config = tiny_config(tiny_vocab, **{"profile.start_step": 3, "profile.num_steps": 2})
   setup = train.build(config)
   # The step is compiled in a thread before the loop, and the loop's first call must find it.
   with train_step_lowerings() as lowerings:
@@ -80,6 +81,11 @@ def test_end_to_end_outputs(uninterrupted):
   assert setup.jitted_init._cache_size() == 0  # The init program, needed once, was freed.
   assert result["eval"]["en/mR"] == scores["en/mR"]
   assert (workdir / "vocab.txt").exists() is False  # vocab_path given: nothing learned here.
+  traces = list(workdir.glob("plugins/profile/*/*.xplane.pb"))  # Where TensorBoard looks.
+  assert len(traces) == 1
+  events = [e.name for p in jax.profiler.ProfileData.from_file(str(traces[0])).planes
+            for l in p.lines for e in l.events]
+  assert sum("train_step" in name for name in events) >= 2, sorted(set(events))[:50]
 
 
 def test_sigterm_checkpoints_and_resume_matches_uninterrupted(uninterrupted, tmp_path):
@@ -132,6 +138,13 @@ def test_eval_mode_reads_the_latest_checkpoint_with_the_recorded_config(uninterr
     recorded.total_stepz = 3
   scores = train.evaluate(recorded, str(workdir), setup=setup)
   assert scores == result["eval"]
+
+
+def test_profile_fields_are_checked(tiny_vocab):
+  with pytest.raises(config_lib.ConfigError, match=r"^config\.profile\.num_steps: must be an int >= 0"):
+    config_lib.validate(tiny_config(tiny_vocab, **{"profile.num_steps": -1}))
+  with pytest.raises(config_lib.ConfigError, match=r"^config\.profile\.start_step: must be an int >= 1"):
+    config_lib.validate(tiny_config(tiny_vocab, **{"profile.start_step": 0}))
 
 
 def test_a_run_records_its_config_and_names_what_a_resume_changed(tiny_vocab, tmp_path):
