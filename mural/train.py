@@ -376,7 +376,11 @@ class _StepTrace:
 
   def before(self, step: int):
     if self.wanted and step == self.first:
-      jax.profiler.start_trace(self.workdir)
+      try:
+        jax.profiler.start_trace(self.workdir)
+      except (RuntimeError, OSError) as e:  # A trace already running, a path it cannot write.
+        logging.warning("config.profile: no trace (%s); training goes on.", e)
+        return
       self.tracing = True
 
   def after(self, step: int, outputs):

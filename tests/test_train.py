@@ -147,6 +147,22 @@ def test_profile_fields_are_checked(tiny_vocab):
     config_lib.validate(tiny_config(tiny_vocab, **{"profile.start_step": 0}))
 
 
+def test_a_profile_that_cannot_start_warns_and_training_goes_on(tmp_path, caplog):
+  profile = tiny_config("", **{"profile.start_step": 2, "profile.num_steps": 1}).profile
+  jax.profiler.start_trace(str(tmp_path / "other"))  # Someone else's trace: only one at a time.
+  try:
+    trace = train._StepTrace(profile, str(tmp_path))  # pylint: disable=protected-access
+    trace.before(1)
+    assert not trace.tracing
+    trace.before(2)
+    assert not trace.tracing and "config.profile: no trace (" in caplog.text
+    trace.after(2, None)
+    trace.stop()
+  finally:
+    jax.profiler.stop_trace()
+  assert not (tmp_path / "plugins").exists()
+
+
 def test_a_run_records_its_config_and_names_what_a_resume_changed(tiny_vocab, tmp_path):
   config = tiny_config(tiny_vocab)
   assert config_lib.write_record(config, str(tmp_path)) == []
