@@ -154,16 +154,15 @@ def _writable_workdir(workdir: str) -> None:
 
 def _recorded_config():
   """Without --config, the config WORKDIR/config.json records (written by --mode=train)."""
-  if _MODE.value in ("describe", "plan") or not _WORKDIR.value:
-    _fail(2, "--config is required" + ("" if _MODE.value in ("describe", "plan") else
-                                       " (or a --workdir a --mode=train run wrote config.json in)"))
-  if not config_lib.record_path(_WORKDIR.value).exists():
-    _fail(2, f"--config is required: --workdir {_WORKDIR.value} holds no {config_lib.RECORD} "
-          "(a --mode=train run writes it)")
+  if _MODE.value in ("describe", "plan"):
+    _fail(2, "--config is required")
+  if not _WORKDIR.value:
+    _fail(2, f"--config is required (or --workdir, for the {config_lib.RECORD} a --mode=train run "
+          "recorded there)")
   try:
     config = config_lib.recorded(_WORKDIR.value)
   except config_lib.ConfigError as e:
-    _fail(2, str(e))
+    _fail(2, f"--config is required: {e}")
   logging.info("Config: %s (recorded by the run that trained it).", config_lib.record_path(_WORKDIR.value))
   return config
 
