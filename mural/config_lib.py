@@ -455,21 +455,22 @@ def recorded(workdir: str) -> ml_collections.ConfigDict:
   return config
 
 
+def flat(config: ml_collections.ConfigDict) -> dict:
+  """{dotted field name: its JSON value} (sequences as lists) of every leaf field."""
+  import json  # pylint: disable=g-import-not-at-top
+  out = {}
+
+  def walk(value, prefix):
+    if isinstance(value, dict):
+      for k, v in value.items():
+        walk(v, f"{prefix}{k}.")
+    else:
+      out[prefix[:-1]] = value
+  walk(json.loads(config.to_json()), "")
+  return out
+
+
 def differences(a: ml_collections.ConfigDict, b: ml_collections.ConfigDict) -> list:
   """Dotted names of the fields whose values differ between two configs (or exist in one)."""
-  import json  # pylint: disable=g-import-not-at-top
-
-  def flat(config):
-    out = {}
-
-    def walk(value, prefix):
-      if isinstance(value, dict):
-        for k, v in value.items():
-          walk(v, f"{prefix}{k}.")
-      else:
-        out[prefix[:-1]] = value
-    walk(json.loads(config.to_json()), "")
-    return out
-
   fa, fb = flat(a), flat(b)
   return sorted(k for k in fa.keys() | fb.keys() if fa.get(k) != fb.get(k))

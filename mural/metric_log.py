@@ -9,12 +9,13 @@ timing (steps/s, examples/s, ETA) and writes one JSON line per log step.
 import json
 import math
 import time
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import jax
 from absl import logging
 from etils import epath
 
+from mural import config_lib
 from mural import sharding
 from mural.state import TrainingError
 
@@ -25,6 +26,13 @@ def writer(workdir: str):
   if jax.process_index() == 0:
     return metric_writers.SummaryWriter(str(workdir))
   return metric_writers.MultiWriter([])
+
+
+def hparams(config) -> Dict[str, Any]:
+  """Every config field as a TensorBoard hparam (bool, int, float or str: other values, such as
+  tuples and None, as their JSON text)."""
+  return {k: v if isinstance(v, (bool, int, float, str)) else json.dumps(v)
+          for k, v in config_lib.flat(config).items()}
 
 
 def _hms(seconds: float) -> str:

@@ -297,6 +297,7 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
   # ---- Evaluators and logs ------------------------------------------------------
   embedder = setup.embedder(config.eval_batch_size)
   writer = metric_log.writer(workdir)
+  writer.write_hparams(metric_log.hparams(config))  # TensorBoard's HParams tab compares runs.
   log = metric_log.MetricsLog(workdir, writer, config.total_steps,
                               sum(t.batch_size for t in setup.tasks), start_step)
   eval_results: Dict[str, float] = {}

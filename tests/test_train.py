@@ -76,6 +76,16 @@ def test_end_to_end_outputs(uninterrupted):
   tags = {(e.step, v.tag) for f in workdir.glob("events.out.tfevents.*")
           for e in tf.compat.v1.train.summary_iterator(str(f)) for v in e.summary.value}
   assert {(10, "train/loss"), (10, "train/lr/t2t"), (10, "eval/en/mR"), (5, "eval/en-de/acc")} <= tags
+  from tensorboard.plugins.hparams import plugin_data_pb2  # pylint: disable=g-import-not-at-top
+  starts = [plugin_data_pb2.HParamsPluginData.FromString(v.metadata.plugin_data.content).session_start_info
+            for f in workdir.glob("events.out.tfevents.*") for e in tf.compat.v1.train.summary_iterator(str(f))
+            for v in e.summary.value if v.tag == "_hparams_/session_start_info"]
+  assert len(starts) == 1
+  hparams = starts[0].hparams
+  assert hparams["total_steps"].number_value == 10 and hparams["system"].string_value == "mural"
+  assert hparams["optim.layer_adaptation"].bool_value is True
+  assert json.loads(hparams["data.languages"].string_value) == list(config.data.languages)
+  assert len(hparams) == len(config_lib.flat(config))
   assert result["step"] == 10 and not result["preempted"]
   assert result["step_lowerings"] == 1  # In the background; the loop's calls reuse it.
   assert setup.jitted_init._cache_size() == 0  # The init program, needed once, was freed.
