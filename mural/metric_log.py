@@ -4,6 +4,8 @@
 files; other processes get a writer that drops everything). `MetricsLog`
 holds each step's device metrics until a log step, then checks them, adds
 timing (steps/s, examples/s, ETA) and writes one JSON line per log step.
+`hparams(config)` is the config as TensorBoard hparams; `StepTrace` the
+profiler trace of the steps config.profile names.
 """
 
 import json
@@ -96,3 +98,37 @@ class MetricsLog:
     self.writer.write_scalars(step, {f"train/{k}": v for k, v in scalars.items()})
     self.writer.flush()
     return scalars
+
+
+class StepTrace:
+  """config.profile's jax.profiler trace of training steps, on process 0, into WORKDIR (jax
+  writes WORKDIR/plugins/profile/<time>/, where TensorBoard's Profile tab looks)."""
+
+  def __init__(self, profile, workdir: str):
+    self.first, self.last = profile.start_step, profile.start_step + profile.num_steps - 1
+    self.wanted = profile.num_steps > 0 and jax.process_index() == 0
+    self.workdir, self.tracing, self.outputs = workdir, False, None
+
+  def before(self, step: int):
+    if self.wanted and step == self.first:
+      try:
+        jax.profiler.start_trace(self.workdir)
+      except (RuntimeError, OSError) as e:  # A trace already running, a path it cannot write.
+        logging.warning("config.profile: no trace (%s); training goes on.", e)
+        return
+      self.tracing = True
+
+  def after(self, step: int, outputs):
+    if self.tracing:
+      self.outputs = outputs
+      if step == self.last:
+        self.stop()
+
+  def stop(self):
+    if self.tracing:
+      jax.block_until_ready(self.outputs)  # The last traced step's work is in the trace.
+      jax.profiler.stop_trace()
+      self.tracing = self.wanted = False
+      self.outputs = None
+      logging.info("Traced training from step %d into %s/plugins/profile (TensorBoard's Profile "
+                   "tab).", self.first, self.workdir)

@@ -314,7 +314,7 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
       log.write(step, train_iter.skip_counts())
 
   # ---- Loop -----------------------------------------------------------------
-  trace = _StepTrace(config.profile, workdir)
+  trace = metric_log.StepTrace(config.profile, workdir)
   if compiling is not None:
     compiling.result()
   host_memory.release_freed_memory()  # The compile's freed heap (~1 GiB at bench_step's size).
@@ -364,40 +364,6 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
   return {"step": int(sharding.to_host(state.step)), "train": log.last, "eval": eval_results,
           "early_stopped": early_stopped, "best_step": stopper.best_step if stopper else None,
           "preempted": preempted, "state": state, "setup": setup}
-
-
-class _StepTrace:
-  """config.profile's jax.profiler trace of training steps, on process 0, into WORKDIR (jax
-  writes WORKDIR/plugins/profile/<time>/, where TensorBoard's Profile tab looks)."""
-
-  def __init__(self, profile, workdir: str):
-    self.first, self.last = profile.start_step, profile.start_step + profile.num_steps - 1
-    self.wanted = profile.num_steps > 0 and jax.process_index() == 0
-    self.workdir, self.tracing, self.outputs = workdir, False, None
-
-  def before(self, step: int):
-    if self.wanted and step == self.first:
-      try:
-        jax.profiler.start_trace(self.workdir)
-      except (RuntimeError, OSError) as e:  # A trace already running, a path it cannot write.
-        logging.warning("config.profile: no trace (%s); training goes on.", e)
-        return
-      self.tracing = True
-
-  def after(self, step: int, outputs):
-    if self.tracing:
-      self.outputs = outputs
-      if step == self.last:
-        self.stop()
-
-  def stop(self):
-    if self.tracing:
-      jax.block_until_ready(self.outputs)  # The last traced step's work is in the trace.
-      jax.profiler.stop_trace()
-      self.tracing = self.wanted = False
-      self.outputs = None
-      logging.info("Traced training from step %d into %s/plugins/profile (TensorBoard's Profile "
-                   "tab).", self.first, self.workdir)
 
 
 def evaluate(config, workdir: str, *, step: Optional[int] = None,

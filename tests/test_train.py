@@ -21,6 +21,7 @@ import pytest
 from conftest import ROOT, HookedIterator, sigterm, spy_on_tensorflow, tiny_config, train_step_lowerings
 from mural import checkpointing
 from mural import config_lib
+from mural import metric_log
 from mural import optim
 from mural import system
 from mural import step as step_lib
@@ -161,7 +162,7 @@ def test_a_profile_that_cannot_start_warns_and_training_goes_on(tmp_path, caplog
   profile = tiny_config("", **{"profile.start_step": 2, "profile.num_steps": 1}).profile
   jax.profiler.start_trace(str(tmp_path / "other"))  # Someone else's trace: only one at a time.
   try:
-    trace = train._StepTrace(profile, str(tmp_path))  # pylint: disable=protected-access
+    trace = metric_log.StepTrace(profile, str(tmp_path))
     trace.before(1)
     assert not trace.tracing
     trace.before(2)
