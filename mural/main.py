@@ -183,8 +183,8 @@ def main(argv):
     _fail(2, _config_error(e))
   # Flag and config mistakes are reported here, before TensorFlow and JAX load.
   try:
+    systems.get(config)  # Its fields first (a hand-edited record may lack one), then their values.
     config_lib.validate(config)
-    systems.get(config)
     if _MODE.value not in ("describe", "plan"):
       if not _WORKDIR.value:
         _fail(2, "--workdir is required for --mode=" + _MODE.value)

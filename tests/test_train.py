@@ -24,6 +24,7 @@ from mural import config_lib
 from mural import metric_log
 from mural import optim
 from mural import system
+from mural import systems
 from mural import step as step_lib
 from mural import train
 from mural.state import TrainingError
@@ -181,6 +182,12 @@ def test_a_run_records_its_config_and_names_what_a_resume_changed(tiny_vocab, tm
   changed = tiny_config(tiny_vocab, total_steps=11, **{"tasks.i2t.batch_size": 4})
   assert config_lib.write_record(changed, str(tmp_path)) == ["tasks.i2t.batch_size", "total_steps"]
   assert config_lib.recorded(str(tmp_path)).total_steps == 11
+  record = json.loads((tmp_path / "config.json").read_text())
+  del record["total_steps"], record["profile"]  # Edited by hand: systems.get names what is gone.
+  (tmp_path / "config.json").write_text(json.dumps(record))
+  with pytest.raises(config_lib.ConfigError,
+                     match=r"^config: missing fields of system 'mural': profile, total_steps$"):
+    systems.get(config_lib.recorded(str(tmp_path)))
   for text in ("{", "[1]", "{}"):
     (tmp_path / "config.json").write_text(text)
     with pytest.raises(config_lib.ConfigError, match=r"config\.json: not a config record"):

@@ -38,9 +38,16 @@ def get(config):
 
 def _check_fields(config, defaults, name: str):
   """A field the system's defaults lack is a misspelling (a config file can add one without an
-  error: `c.optim.warmup_step = 5`); it would be ignored, so it is an error naming the field."""
+  error: `c.optim.warmup_step = 5`); it would be ignored, so it is an error naming the field.
+  A field the config lacks (a config.json record edited by hand) is one too."""
   known, free = _field_names(defaults)
-  for field in sorted(_field_names(config)[0] - known):
+  given = _field_names(config)[0]
+  missing = {f for f in known - given if not any(f.startswith(g + ".") for g in free)}
+  missing = sorted(f for f in missing if not any(f.startswith(m + ".") for m in missing))
+  if missing:
+    raise config_lib.ConfigError(f"config: missing field{'s' * (len(missing) > 1)} of system {name!r}: "
+                                 + ", ".join(missing))
+  for field in sorted(given - known):
     if not any(field.startswith(f + ".") for f in free):
       near = difflib.get_close_matches(field, known, n=1)
       raise config_lib.ConfigError(f"config.{field}: not a field of system {name!r}"
