@@ -424,39 +424,32 @@ def record_path(workdir: str):
 
 def write_record(config: ml_collections.ConfigDict, workdir: str) -> list:
   """Writes the resolved config to WORKDIR/config.json; returns the fields that differ from the
-  record an earlier run left there (a resumed run with other flags), as dotted names."""
+  record an earlier run left there (a resumed run with other flags), as dotted names.
+  mural.systems.recorded reads it back as a config."""
   path = record_path(workdir)
-  changed = differences(recorded(workdir), config) if path.exists() else []
+  changed = differences(read_record(workdir), config) if path.exists() else []
   path.write_text(config.to_json(indent=1, sort_keys=True) + "\n")
   return changed
 
 
-def recorded(workdir: str) -> ml_collections.ConfigDict:
-  """The config WORKDIR/config.json records, locked as a config file's (JSON lists come back as
-  tuples: a config's sequences are read, never grown)."""
+def read_record(workdir: str) -> dict:
+  """The values WORKDIR/config.json records, as JSON gives them."""
   import json  # pylint: disable=g-import-not-at-top
   path = record_path(workdir)
   try:
     values = json.loads(path.read_text())
   except FileNotFoundError:
-    raise ConfigError(f"{path}: no such file (a --mode=train run writes it)") from None
+    raise ConfigError(f"{path}: no such file (a --mode=train run writes it); pass --config") from None
   except ValueError as e:
     raise ConfigError(f"{path}: not a config record ({e})") from None
   if not isinstance(values, dict) or not isinstance(values.get("system"), str):
     raise ConfigError(f"{path}: not a config record (a JSON object with a system)")
-
-  def frozen(value):
-    if isinstance(value, dict):
-      return {k: frozen(v) for k, v in value.items()}
-    return tuple(frozen(v) for v in value) if isinstance(value, list) else value
-
-  config = ml_collections.ConfigDict(frozen(values))
-  config.lock()
-  return config
+  return values
 
 
-def flat(config: ml_collections.ConfigDict) -> dict:
-  """{dotted field name: its JSON value} (sequences as lists) of every leaf field."""
+def flat(config) -> dict:
+  """{dotted field name: its JSON value} (sequences as lists) of every leaf field of a config
+  (or of the JSON values of one)."""
   import json  # pylint: disable=g-import-not-at-top
   out = {}
 
@@ -466,11 +459,12 @@ def flat(config: ml_collections.ConfigDict) -> dict:
         walk(v, f"{prefix}{k}.")
     else:
       out[prefix[:-1]] = value
-  walk(json.loads(config.to_json()), "")
+  walk(config if isinstance(config, dict) else json.loads(config.to_json()), "")
   return out
 
 
-def differences(a: ml_collections.ConfigDict, b: ml_collections.ConfigDict) -> list:
-  """Dotted names of the fields whose values differ between two configs (or exist in one)."""
+def differences(a, b) -> list:
+  """Dotted names of the fields whose values differ between two configs (or the JSON values of
+  one; a field in one only differs)."""
   fa, fb = flat(a), flat(b)
   return sorted(k for k in fa.keys() | fb.keys() if fa.get(k) != fb.get(k))

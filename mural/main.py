@@ -160,9 +160,9 @@ def _recorded_config():
     _fail(2, f"--config is required (or --workdir, for the {config_lib.RECORD} a --mode=train run "
           "recorded there)")
   try:
-    config = config_lib.recorded(_WORKDIR.value)
+    config = systems.recorded(_WORKDIR.value)
   except config_lib.ConfigError as e:
-    _fail(2, f"--config is required: {e}")
+    _fail(2, str(e))
   logging.info("Config: %s (recorded by the run that trained it).", config_lib.record_path(_WORKDIR.value))
   return config
 
@@ -183,7 +183,7 @@ def main(argv):
     _fail(2, _config_error(e))
   # Flag and config mistakes are reported here, before TensorFlow and JAX load.
   try:
-    systems.get(config)  # Its fields first (a hand-edited record may lack one), then their values.
+    systems.get(config)  # The fields first (a misspelt one in a hand-edited record), then values.
     config_lib.validate(config)
     if _MODE.value not in ("describe", "plan"):
       if not _WORKDIR.value:

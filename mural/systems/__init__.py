@@ -38,16 +38,9 @@ def get(config):
 
 def _check_fields(config, defaults, name: str):
   """A field the system's defaults lack is a misspelling (a config file can add one without an
-  error: `c.optim.warmup_step = 5`); it would be ignored, so it is an error naming the field.
-  A field the config lacks (a config.json record edited by hand) is one too."""
+  error: `c.optim.warmup_step = 5`); it would be ignored, so it is an error naming the field."""
   known, free = _field_names(defaults)
-  given = _field_names(config)[0]
-  missing = {f for f in known - given if not any(f.startswith(g + ".") for g in free)}
-  missing = sorted(f for f in missing if not any(f.startswith(m + ".") for m in missing))
-  if missing:
-    raise config_lib.ConfigError(f"config: missing field{'s' * (len(missing) > 1)} of system {name!r}: "
-                                 + ", ".join(missing))
-  for field in sorted(given - known):
+  for field in sorted(_field_names(config)[0] - known):
     if not any(field.startswith(f + ".") for f in free):
       near = difflib.get_close_matches(field, known, n=1)
       raise config_lib.ConfigError(f"config.{field}: not a field of system {name!r}"
@@ -79,3 +72,31 @@ def base_config(name: str):
   if name not in SYSTEMS:
     raise config_lib.ConfigError(f"system {name!r} not in {sorted(SYSTEMS)}")
   return SYSTEMS[name].get_config()
+
+
+def recorded(workdir: str):
+  """The config WORKDIR/config.json records (config_lib.write_record), rebuilt on its system's
+  defaults: each value assigned as a --config flag's would be, so one of the wrong type is a
+  ConfigError naming its field, and a field the record lacks (one added to mural after the run)
+  keeps its default. Locked, as a config file's."""
+  values = config_lib.read_record(workdir)
+  config = base_config(values["system"])
+  with config.unlocked():  # Free-form sections (data.eval_source, ...) may gain fields.
+    try:
+      _assign(config, values, "")
+    except config_lib.ConfigError as e:
+      raise config_lib.ConfigError(f"{config_lib.record_path(workdir)}: {e}") from None
+  config.lock()
+  return config
+
+
+def _assign(config, values: dict, prefix: str):
+  for key, value in values.items():
+    if isinstance(value, dict) and isinstance(config.get(key), ml_collections.ConfigDict):
+      _assign(config[key], value, f"{prefix}{key}.")
+      continue
+    try:
+      config[key] = value
+    except TypeError:
+      raise config_lib.ConfigError(f"config.{prefix}{key}: {value!r} is not a "
+                                   f"{config.get_type(key).__name__}") from None
