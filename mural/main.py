@@ -159,6 +159,9 @@ def _recorded_config():
   if not _WORKDIR.value:
     _fail(2, f"--config is required (or --workdir, for the {config_lib.RECORD} a --mode=train run "
           "recorded there)")
+  if not config_lib.record_path(_WORKDIR.value).exists():
+    _fail(2, f"--config is required: --workdir {_WORKDIR.value} holds no {config_lib.RECORD} (a "
+          "--mode=train run writes it)")
   try:
     config = systems.recorded(_WORKDIR.value)
   except config_lib.ConfigError as e:
@@ -264,7 +267,7 @@ def _parse_flags(argv):
   except SyntaxError as e:  # The config file does not parse.
     _fail(2, _config_error(e))
   except (flags.Error, ValueError) as e:  # ValueError: an override path config_flags cannot parse.
-    _fail(2, _one_line(str(e)))
+    _fail(2, _flag_error(str(e)))
   except (AttributeError, KeyError) as e:  # config_flags: an override names no config field.
     if _raised_in_config_file(e):
       _fail(2, _config_error(e))
@@ -272,6 +275,18 @@ def _parse_flags(argv):
     _fail(2, f"--config override: no field {name}" + (f" ({hint})" if hint else ""))
   except Exception as e:  # pylint: disable=broad-except  (the config file's own code failed)
     _fail(2, _config_error(e))
+
+
+def _flag_error(message: str) -> str:
+  """A flag error in one line. config_flags puts the traceback of a config file's get_config that
+  raised (configs/recorded.py:WORKDIR without a record) in its message: the flag and the error."""
+  flag, found, rest = message.partition(": Error whilst parsing config file:")
+  if not found or "Traceback (most recent call last)" not in rest:
+    return _one_line(message)
+  error = rest.strip().splitlines()[-1]
+  kind, _, text = error.partition(": ")
+  return f"{flag.removeprefix('flag ')}: " + (text if kind.endswith("ConfigError") else
+                                              f"{kind.rsplit('.', 1)[-1]}: {text}")
 
 
 def _raised_in_config_file(e: BaseException) -> bool:

@@ -22,6 +22,7 @@ import pytest
 from conftest import ROOT, HookedIterator, sigterm, spy_on_tensorflow, tiny_config, train_step_lowerings
 from mural import checkpointing
 from mural import config_lib
+from mural import describe
 from mural import metric_log
 from mural import optim
 from mural import system
@@ -412,13 +413,19 @@ def test_batch_that_does_not_split_is_a_config_error(tiny_vocab):
     train.build(config)
 
 
-def test_main_describe_prints_json_without_loading_tensorflow():
-  r = subprocess.run([sys.executable, "-X", "importtime", "-m", "mural.main", "--config=configs/tiny.py",
+def test_main_describe_prints_json_without_loading_tensorflow(tmp_path):
+  """Of a recorded config (configs/recorded.py:WORKDIR) with an override, as any config file's."""
+  tiny = config_lib.from_file(ROOT / "configs" / "tiny.py")
+  config_lib.write_record(tiny, str(tmp_path))
+  r = subprocess.run([sys.executable, "-X", "importtime", "-m", "mural.main",
+                      f"--config=configs/recorded.py:{tmp_path}", "--config.model.text.num_layers=3",
                       "--mode=describe"], cwd=ROOT, capture_output=True, text=True, timeout=120,
                      env=dict(os.environ, JAX_PLATFORMS="cpu"))
   assert r.returncode == 0, r.stderr[-2000:]
   counts = json.loads(r.stdout.strip().splitlines()[-1])
   assert counts["total"] > 0 and set(counts) >= {"image_tower", "text_encoder", "heads", "total"}
+  tiny.model.text.num_layers = 3
+  assert counts == describe.describe(tiny)
   loaded = re.findall(r"\| +(\S+)$", r.stderr, re.M)  # -X importtime: one line per module imported.
   assert "mural.describe" in loaded and "jax" in loaded and "tensorflow" not in loaded, loaded[-20:]
 
@@ -460,6 +467,8 @@ except SystemExit as e:
     ["--config=configs/tiny.py", "--config.data.synthetic.translation_pairs_per_pair={'en-xx': 0}",
      "--workdir=/tmp/x"],  # A bad value of the built-in data.
     ["--mode=eval", "--workdir=/nonexistent/x"],  # No --config, and no config.json recorded.
+    ["--config=configs/recorded.py:/nonexistent/x", "--mode=describe"],  # Nor here.
+    ["--config=configs/recorded.py", "--mode=describe"],  # No workdir named.
     ["--mode=describe"],  # No --config.
 ])
 def test_config_mistakes_are_reported_before_tensorflow_and_jax_load(args):
