@@ -2,8 +2,8 @@
 
 An evaluator is a small value with `run(embedder, variables) -> {'<set>/<metric>': value}`;
 a system lists its evaluators (mural/systems/), and the trainer runs them all
-(`run_all`) and `report`s the result: workdir/eval/step_<N>.json, TensorBoard
-scalars and a console table. The maths lives in mural.metrics; this file only
+(`run_all`) and `report`s the result: workdir/eval/step_<N>.json (`directory_for`: an
+evaluation of another config has its own), TensorBoard scalars and a console table. The maths lives in mural.metrics; this file only
 moves data.
 
   Retrieval:   images and captions per language -> i2t/t2i Recall@1/5/10, mR
@@ -18,7 +18,10 @@ tail) sharded over the batch axes. Multi-host: every process holds the whole
 the same numbers and process 0 writes them.
 """
 
+import hashlib
 import json
+import os
+import re
 from typing import Any, Dict, Mapping, Optional, Sequence
 
 import jax
@@ -26,6 +29,7 @@ import numpy as np
 from absl import logging
 from etils import epath
 
+from mural import config_lib
 from mural import metrics
 from mural import sharding
 
@@ -131,12 +135,38 @@ def format_table(results: Mapping[str, float]) -> str:
   return "\n".join(lines)
 
 
-def report(results: Mapping[str, float], step: int, workdir: str, writer) -> str:
-  """Writes workdir/eval/step_<N>.json and TensorBoard 'eval/...' scalars; logs the table."""
+def directory_for(config, workdir: str) -> str:
+  """Where --mode=eval writes: WORKDIR/eval, beside training's evaluations, for the config the
+  workdir records (or none recorded); for another (other eval data, say), a directory of its own
+  named after the fields that differ, which holds that config's record and a TensorBoard run,
+  so that training's eval/step_<N>.json and curves stay its own."""
+  default = os.path.join(workdir, "eval")
+  if not config_lib.record_path(workdir).exists():
+    return default
+  changed = config_lib.differences(config_lib.read_record(workdir), config)
+  if not changed:
+    return default
+  values = config_lib.flat(config)
+  name = ",".join(f"{k}={json.dumps(values.get(k))}" for k in changed)
+  name = re.sub(r"[^\w.,=+-]+", "_", name)
+  if len(name) > 100:
+    name = "config-" + hashlib.sha1(name.encode()).hexdigest()[:10]
+  directory = os.path.join(default, name)
+  logging.info("The config differs from the one %s recorded, in: %s; results in %s.", workdir,
+               ", ".join(changed), directory)
+  if jax.process_index() == 0:
+    epath.Path(directory).mkdir(parents=True, exist_ok=True)
+    config_lib.write_record(config, directory)
+  return directory
+
+
+def report(results: Mapping[str, float], step: int, directory: str, writer) -> str:
+  """Writes DIRECTORY/step_<N>.json (training's: WORKDIR/eval) and TensorBoard 'eval/...' scalars;
+  logs the table."""
   table = format_table(results)
   logging.info("Evaluation at step %d:\n%s", step, table)
   if jax.process_index() == 0:
-    path = epath.Path(workdir) / "eval" / f"step_{step}.json"
+    path = epath.Path(directory) / f"step_{step}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"step": int(step), **results}, indent=1, sort_keys=True))
   writer.write_scalars(step, {f"eval/{k}": v for k, v in results.items()})

@@ -27,6 +27,7 @@ and the step run without it (benchmarks, export, a GPU host that lacks it).
 
 import copy
 import dataclasses
+import os
 from concurrent import futures
 from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
@@ -306,7 +307,7 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
     nonlocal eval_results
     if evaluators:
       eval_results = evaluate_lib.run_all(evaluators, embedder, state.variables())
-      evaluate_lib.report(eval_results, step, workdir, writer)
+      evaluate_lib.report(eval_results, step, os.path.join(workdir, "eval"), writer)
 
   def flush(step):
     log.check_finite(checkpoints.latest_step())
@@ -369,8 +370,9 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
 def evaluate(config, workdir: str, *, step: Optional[int] = None,
              evaluators: Optional[Sequence[Any]] = None, setup: Optional[Setup] = None) -> Dict[str, float]:
   """Evaluates checkpoint `step` of workdir (default: the best step an early-stopping run
-  recorded, else the newest); writes eval/step_<N>.json like training does. `setup` as in
-  train_and_evaluate."""
+  recorded, else the newest); writes eval/step_<N>.json like training does, or, for a config
+  other than the one the workdir records, in a directory of its own (evaluate.directory_for).
+  `setup` as in train_and_evaluate."""
   setup = _setup_for(config, setup)
   checkpoints = checkpointing.Checkpoints(workdir, config.keep_checkpoints,
                                           track_best=bool(config.early_stopping.metric))
@@ -389,8 +391,9 @@ def evaluate(config, workdir: str, *, step: Optional[int] = None,
   if not evaluators:
     raise ValueError("config.data.eval_source: no evaluation sets to evaluate on")
   embedder = setup.embedder(config.eval_batch_size)
-  writer = metric_log.writer(workdir)
+  directory = evaluate_lib.directory_for(config, workdir)
+  writer = metric_log.writer(workdir if directory == os.path.join(workdir, "eval") else directory)
   results = evaluate_lib.run_all(evaluators, embedder, state.variables())
-  evaluate_lib.report(results, latest, workdir, writer)
+  evaluate_lib.report(results, latest, directory, writer)
   writer.close()
   return results

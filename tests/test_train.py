@@ -23,6 +23,7 @@ from conftest import ROOT, HookedIterator, sigterm, spy_on_tensorflow, tiny_conf
 from mural import checkpointing
 from mural import config_lib
 from mural import describe
+from mural import evaluate as evaluate_lib
 from mural import metric_log
 from mural import optim
 from mural import system
@@ -152,6 +153,24 @@ def test_eval_mode_reads_the_latest_checkpoint_with_the_recorded_config(uninterr
     recorded.total_stepz = 3
   scores = train.evaluate(recorded, str(workdir), setup=setup)
   assert scores == result["eval"]
+
+
+def test_evaluating_another_config_writes_beside_trainings_evaluations(tiny_vocab, tmp_path):
+  """--mode=eval of the recorded config writes WORKDIR/eval/step_<N>.json (training's); of another
+  (other eval data), a directory named after what differs, with that config's record."""
+  config = tiny_config(tiny_vocab)
+  workdir = str(tmp_path)
+  assert evaluate_lib.directory_for(config, workdir) == str(tmp_path / "eval")  # No record yet.
+  config_lib.write_record(config, workdir)
+  assert evaluate_lib.directory_for(systems.recorded(workdir), workdir) == str(tmp_path / "eval")
+  other = tiny_config(tiny_vocab, **{"data.synthetic.eval_scenes": 40, "eval_batch_size": 24})
+  directory = evaluate_lib.directory_for(other, workdir)
+  assert directory == str(tmp_path / "eval" / "data.synthetic.eval_scenes=40,eval_batch_size=24")
+  assert systems.recorded(directory).data.synthetic.eval_scenes == 40
+  assert config_lib.differences(config_lib.read_record(workdir), config) == []  # Untouched.
+  many = tiny_config(tiny_vocab, **{"data.synthetic.languages": ("en", "de"), "data.languages": ("en", "de"),
+                                    "data.synthetic.eval_captions_per_scene": 2, "eval_batch_size": 24})
+  assert re.fullmatch(r"config-[0-9a-f]{10}", pathlib.Path(evaluate_lib.directory_for(many, workdir)).name)
 
 
 def test_profile_fields_are_checked(tiny_vocab):
