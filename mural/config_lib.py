@@ -8,6 +8,8 @@ checks its own extra fields when the system builds it. This file is the
 ground floor: it imports nothing of mural's.
 """
 
+from typing import Optional
+
 import ml_collections
 
 
@@ -212,7 +214,8 @@ def base_config() -> ml_collections.ConfigDict:
   # An export directory or a workdir whose variables start a new run (only
   # when the run's own workdir has no checkpoint): arrays that match by name
   # and shape are loaded, the rest initialised as usual; the log lists both.
-  # Reuse the source's vocab too (data.vocab_path = <export>/vocab.txt).
+  # Taking the text tower, a run with no data.vocab_path uses the source's vocabulary (its token
+  # table's); another vocabulary is an error.
   c.init_from = ""
   # towers (image and text towers) | all (also heads, temperature) | top-level groups,
   # comma-separated: e.g. image_tower (mural/warm_start.py).
@@ -468,3 +471,25 @@ def differences(a, b) -> list:
   one; a field in one only differs)."""
   fa, fb = flat(a), flat(b)
   return sorted(k for k in fa.keys() | fb.keys() if fa.get(k) != fb.get(k))
+
+
+# ---------------------------------------------------------------------------
+# Warm starts (mural/warm_start.py): the vocabulary that goes with a source's token table.
+
+
+def takes_text_tower(config) -> bool:
+  """Whether config.init_from's parts include the text tower (and its token table)."""
+  parts = config.init_from_parts
+  return bool(config.init_from) and (parts in ("towers", "all") or
+                                     "text_tower" in {p.strip() for p in parts.split(",")})
+
+
+def source_vocab(init_from: str) -> Optional[str]:
+  """The wordpiece vocabulary the source was trained with: its vocab.txt (an export's, or a
+  workdir's that learned one), else the data.vocab_path its config.json records; None if neither."""
+  path = record_path(init_from).parent / "vocab.txt"
+  if path.exists():
+    return str(path)
+  if record_path(init_from).exists():
+    return read_record(init_from).get("data", {}).get("vocab_path") or None
+  return None

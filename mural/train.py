@@ -292,7 +292,8 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
     setup.release_init_program()
     logging.info("Initialised %d parameters.", sum(x.size for x in jax.tree.leaves(state.params)))
     if config.init_from:
-      state = warm_start.load_into(state, config)[0]
+      from mural.data import vocab  # pylint: disable=g-import-not-at-top
+      state = warm_start.load_into(state, config, vocab.wordpiece_path(config, workdir))[0]
   start_step = int(sharding.to_host(state.step))
 
   # ---- Evaluators and logs ------------------------------------------------------

@@ -10,15 +10,24 @@ one of the same name and shape; everything else keeps its fresh
 initialisation. The log says what was loaded and what was not, so a renamed
 head or a resized table is never silently left untrained or dropped. The
 optimizer state and the step start from zero.
+
+A text tower's token table means something only with the vocabulary it was
+trained on: a run that takes the text tower and sets no data.vocab_path uses
+the source's (config_lib.source_vocab; mural/data/vocab.py copies it into the workdir),
+and one whose vocabulary differs from the source's is an error.
 """
 
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import jax
 import numpy as np
 from absl import logging
+from etils import epath
 
+from mural import config_lib
 from mural import export
+
+_TOKEN_TABLE = "params/text_tower/token_embed/"  # mural/models/bert.py's token_* parameters.
 
 
 def _taker(parts: str, groups) -> Callable[[str], bool]:
@@ -34,6 +43,20 @@ def _taker(parts: str, groups) -> Callable[[str], bool]:
   return lambda name: name.split("/", 1)[0] in named
 
 
+def _check_vocab(config, vocab_path: Optional[str]):
+  """A loaded token table with another vocabulary than the source's is an error, not a start."""
+  source = config_lib.source_vocab(config.init_from)
+  if not vocab_path or not source or not epath.Path(vocab_path).exists():
+    logging.warning("Warm start: the text tower's token table is loaded, and the vocabularies "
+                    "cannot be compared (this run's: %s; the source's: %s).", vocab_path, source)
+    return
+  if epath.Path(vocab_path).read_bytes() != epath.Path(source).read_bytes():
+    raise ValueError(f"config.init_from: the text tower's token table comes from {config.init_from}, "
+                     f"whose vocabulary {source} differs from this run's {vocab_path}: its rows "
+                     f"would stand for other tokens. Set config.data.vocab_path={source} (or leave "
+                     f"it empty), or leave the text tower out (config.init_from_parts=image_tower)")
+
+
 def _summary(names: List[str], limit: int = 8) -> str:
   if not names:
     return "none"
@@ -41,12 +64,13 @@ def _summary(names: List[str], limit: int = 8) -> str:
   return ", ".join(names[:limit]) + more
 
 
-def load_into(state, config) -> Tuple[Any, Dict[str, List[str]]]:
+def load_into(state, config, vocab_path: Optional[str] = None) -> Tuple[Any, Dict[str, List[str]]]:
   """(state with the source's matching arrays, {'loaded', 'initialised', 'unused'} array names).
 
   Arrays keep the state's shardings (each process places its own shards).
   Raises ValueError when nothing matches: that is a wrong path or model, not
-  a warm start.
+  a warm start; and when the token table is loaded and `vocab_path` (this run's
+  wordpiece vocabulary) differs from the source's.
   """
   source, step = export.read_variables(config.init_from)
   parts = config.init_from_parts
@@ -78,6 +102,8 @@ def load_into(state, config) -> Tuple[Any, Dict[str, List[str]]]:
     raise ValueError(f"config.init_from: no array of {config.init_from} matches this model by name "
                      f"and shape (init_from_parts={parts!r}); newly initialised: "
                      f"{_summary(report['initialised'], 3)}")
+  if any(n.startswith(_TOKEN_TABLE) for n in report["loaded"]):
+    _check_vocab(config, vocab_path)
   groups = sorted({n.split("/")[1] for n in report["loaded"]})
   count = sum(int(np.prod(np.shape(x))) for c in ("params", "batch_stats")
               for n, x in export.flat(source.get(c, {})).items() if f"{c}/{n}" in report["loaded"])

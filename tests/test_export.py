@@ -27,6 +27,7 @@ from mural import search
 from mural import system as system_lib
 from mural import train
 from mural import warm_start
+from mural.data import vocab
 
 # 100 cheap steps at rates of 1e-2 and the demo's temperature; batch-norm statistics that follow the
 # training within them (momentum 0.9), so eval-mode images no longer embed alike.
@@ -289,6 +290,22 @@ def test_warm_start_first_loss_is_the_trained_models(trained, tmp_path):
   for name, value in got.items():
     np.testing.assert_array_equal(value, source[name] if name.endswith("_tower") or "_tower/" in name
                                   else initial[name])
+  # The token table goes with its vocabulary: another is an error; the source's (here the file
+  # the export copied) loads.
+  lines = pathlib.Path(trained.config.data.vocab_path).read_text().splitlines()
+  other = tmp_path / "other_vocab.txt"
+  other.write_text("\n".join(lines[:-2] + [lines[-1], lines[-2]]) + "\n")  # Two tokens swapped.
+  with pytest.raises(ValueError, match=r"vocabulary .*vocab\.txt differs from this run's .*other_vocab"):
+    warm_start.load_into(jax.device_put(fresh), config, str(other))
+  assert warm_start.load_into(jax.device_put(fresh), config, trained.config.data.vocab_path)[1]["loaded"]
+  # A run that takes the text tower and names no vocabulary uses the source's: an export's
+  # vocab.txt, or the vocab_path a workdir's config.json records.
+  assert config_lib.source_vocab(str(trained.workdir)) == trained.config.data.vocab_path
+  (tmp_path / "new").mkdir()
+  copied = vocab.learn(tiny_config("", init_from=trained.export_dir), [], str(tmp_path / "new"))
+  assert pathlib.Path(copied).read_bytes() == pathlib.Path(trained.config.data.vocab_path).read_bytes()
+  assert [config_lib.takes_text_tower(tiny_config("", init_from="x", init_from_parts=p))
+          for p in ("towers", "all", "image_tower, text_tower", "image_tower")] == [True, True, True, False]
   # One named tower: the image tower from the export, the text tower as it was.
   config.init_from_parts = "image_tower"
   state, report = warm_start.load_into(jax.device_put(fresh), config)

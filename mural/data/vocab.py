@@ -1,4 +1,5 @@
-"""The run's wordpiece vocabulary: config.data.vocab_path, or learned once from the training text.
+"""The run's wordpiece vocabulary: config.data.vocab_path, or learned once from the training text
+(or, for a warm start that loads the text tower, the source's: mural/warm_start.py).
 
 The text comes from every active task's training sources (its record kind's
 text fields: captions, both sides of translation pairs), up to
@@ -8,7 +9,7 @@ the others wait for it.
 
 import functools
 import hashlib
-from typing import Iterator, Sequence
+from typing import Iterator, Optional, Sequence
 
 import jax
 from absl import logging
@@ -40,7 +41,11 @@ def learn(config, tasks: Sequence, workdir: str) -> str:
   if _kind(config) == "words":
     return word_vocab.learn(config, tasks, workdir)
   path = epath.Path(workdir) / "vocab.txt"
-  if not path.exists():
+  source = config_lib.source_vocab(config.init_from) if config_lib.takes_text_tower(config) else None
+  if not path.exists() and source:  # The warm start's token table goes with its vocabulary.
+    logging.info("Vocabulary: %s, the warm start's (its text tower is loaded), copied to %s.", source, path)
+    path.write_bytes(epath.Path(source).read_bytes())
+  elif not path.exists():
     logging.info("Learning a %d-token wordpiece vocab into %s.", config.model.text.vocab_size, path)
     tokenizer_lib.build_vocab(list(training_texts(config, tasks)), config.model.text.vocab_size, str(path))
   return str(path)
@@ -66,14 +71,21 @@ def _tokenizer(path: str, max_len: int, digest: str) -> tokenizer_lib.Tokenizer:
   return tokenizer_lib.Tokenizer(path, max_len)
 
 
+def wordpiece_path(config, workdir: str) -> Optional[str]:
+  """The run's wordpiece vocabulary file: config.data.vocab_path, else workdir/vocab.txt (learned
+  or copied there); None for per-language words."""
+  if _kind(config) == "words":
+    return None
+  return config.data.vocab_path or str(epath.Path(workdir) / "vocab.txt")
+
+
 def tokenizer(config, tasks: Sequence, workdir: str, learn_missing: bool = True) -> tokenizer_lib.Tokenizer:
   """config.data.vocab_path, else workdir/vocab.txt (learned from the tasks' text once, by process 0);
   per-language words when config.data.tokenizer is 'words'."""
   if _kind(config) == "words":
     return word_vocab.tokenizer(config, tasks, workdir, learn_missing)
-  path = config.data.vocab_path
-  if not path:
-    path = str(epath.Path(workdir) / "vocab.txt")
+  path = wordpiece_path(config, workdir)
+  if not config.data.vocab_path:
     if not learn_missing and not epath.Path(path).exists():
       raise FileNotFoundError(f"{path} does not exist: the vocab is learned by --mode=train "
                               f"(or set config.data.vocab_path)")
