@@ -425,14 +425,9 @@ def record_path(workdir: str):
   return epath.Path(workdir) / RECORD
 
 
-def write_record(config: ml_collections.ConfigDict, workdir: str) -> list:
-  """Writes the resolved config to WORKDIR/config.json; returns the fields that differ from the
-  record an earlier run left there (a resumed run with other flags), as dotted names.
-  mural.systems.recorded reads it back as a config."""
-  path = record_path(workdir)
-  changed = differences(read_record(workdir), config) if path.exists() else []
-  path.write_text(config.to_json(indent=1, sort_keys=True) + "\n")
-  return changed
+def write_record(config: ml_collections.ConfigDict, workdir: str) -> None:
+  """Writes the resolved config to WORKDIR/config.json (mural.systems.recorded reads it back)."""
+  record_path(workdir).write_text(config.to_json(indent=1, sort_keys=True) + "\n")
 
 
 def read_record(workdir: str) -> dict:

@@ -135,15 +135,13 @@ def format_table(results: Mapping[str, float]) -> str:
   return "\n".join(lines)
 
 
-def directory_for(config, workdir: str) -> str:
+def directory_for(config, workdir: str, changed: Optional[Sequence[str]]) -> str:
   """Where --mode=eval writes: WORKDIR/eval, beside training's evaluations, for the config the
-  workdir records (or none recorded); for another (other eval data, say), a directory of its own
-  named after the fields that differ, which holds that config's record and a TensorBoard run,
-  so that training's eval/step_<N>.json and curves stay its own."""
+  workdir records (`changed`, the fields in which `config` differs from it, empty or None: no
+  record); for another (other eval data, say), a directory of its own named after the fields
+  that differ, which holds that config's record and a TensorBoard run, so that training's
+  eval/step_<N>.json and curves stay its own."""
   default = os.path.join(workdir, "eval")
-  if not config_lib.record_path(workdir).exists():
-    return default
-  changed = config_lib.differences(config_lib.read_record(workdir), config)
   if not changed:
     return default
   values = config_lib.flat(config)

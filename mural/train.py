@@ -254,9 +254,14 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
   # ---- System, mesh, model, optimizer, shapes, shardings (see build) ---------
   setup = _setup_for(config, setup)
   if jax.process_index() == 0:  # What made this workdir: --mode=eval|export read it back.
-    changed = config_lib.write_record(config, workdir)
+    try:
+      changed = systems.record_changes(config, workdir)
+    except config_lib.ConfigError as e:  # Replaced below.
+      changed = None
+      logging.warning("The workdir's earlier config record is unreadable (%s).", e)
     if changed:
       logging.warning("The config differs from the one %s recorded, in: %s.", workdir, ", ".join(changed))
+    config_lib.write_record(config, workdir)
   logging.info("System %r: tasks %s; mesh %s over %d devices, %d processes.", setup.system.name,
                [t.name for t in setup.tasks], dict(setup.mesh.shape), jax.device_count(),
                jax.process_count())
@@ -392,7 +397,7 @@ def evaluate(config, workdir: str, *, step: Optional[int] = None,
   if not evaluators:
     raise ValueError("config.data.eval_source: no evaluation sets to evaluate on")
   embedder = setup.embedder(config.eval_batch_size)
-  directory = evaluate_lib.directory_for(config, workdir)
+  directory = evaluate_lib.directory_for(config, workdir, systems.record_changes(config, workdir))
   writer = metric_log.writer(workdir if directory == os.path.join(workdir, "eval") else directory)
   results = evaluate_lib.run_all(evaluators, embedder, state.variables())
   evaluate_lib.report(results, latest, directory, writer)

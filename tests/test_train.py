@@ -160,17 +160,23 @@ def test_evaluating_another_config_writes_beside_trainings_evaluations(tiny_voca
   (other eval data), a directory named after what differs, with that config's record."""
   config = tiny_config(tiny_vocab)
   workdir = str(tmp_path)
-  assert evaluate_lib.directory_for(config, workdir) == str(tmp_path / "eval")  # No record yet.
+  where = lambda c: evaluate_lib.directory_for(c, workdir, systems.record_changes(c, workdir))
+  assert systems.record_changes(config, workdir) is None and where(config) == str(tmp_path / "eval")
   config_lib.write_record(config, workdir)
-  assert evaluate_lib.directory_for(systems.recorded(workdir), workdir) == str(tmp_path / "eval")
+  assert where(systems.recorded(workdir)) == str(tmp_path / "eval")
   other = tiny_config(tiny_vocab, **{"data.synthetic.eval_scenes": 40, "eval_batch_size": 24})
-  directory = evaluate_lib.directory_for(other, workdir)
+  directory = where(other)
   assert directory == str(tmp_path / "eval" / "data.synthetic.eval_scenes=40,eval_batch_size=24")
   assert systems.recorded(directory).data.synthetic.eval_scenes == 40
-  assert config_lib.differences(config_lib.read_record(workdir), config) == []  # Untouched.
+  assert systems.record_changes(config, workdir) == []  # The workdir's record is untouched.
   many = tiny_config(tiny_vocab, **{"data.synthetic.languages": ("en", "de"), "data.languages": ("en", "de"),
                                     "data.synthetic.eval_captions_per_scene": 2, "eval_batch_size": 24})
-  assert re.fullmatch(r"config-[0-9a-f]{10}", pathlib.Path(evaluate_lib.directory_for(many, workdir)).name)
+  assert re.fullmatch(r"config-[0-9a-f]{10}", pathlib.Path(where(many)).name)
+  # A record written before a field existed: the field is no change (read on today's defaults).
+  record = json.loads((tmp_path / "config.json").read_text())
+  del record["profile"]
+  (tmp_path / "config.json").write_text(json.dumps(record))
+  assert where(config) == str(tmp_path / "eval")
 
 
 def test_profile_fields_are_checked(tiny_vocab):
@@ -198,9 +204,10 @@ def test_a_profile_that_cannot_start_warns_and_training_goes_on(tmp_path, caplog
 
 def test_a_run_records_its_config_and_names_what_a_resume_changed(tiny_vocab, tmp_path):
   config = tiny_config(tiny_vocab)
-  assert config_lib.write_record(config, str(tmp_path)) == []
+  config_lib.write_record(config, str(tmp_path))
   changed = tiny_config(tiny_vocab, total_steps=11, **{"tasks.i2t.batch_size": 4})
-  assert config_lib.write_record(changed, str(tmp_path)) == ["tasks.i2t.batch_size", "total_steps"]
+  assert systems.record_changes(changed, str(tmp_path)) == ["tasks.i2t.batch_size", "total_steps"]
+  config_lib.write_record(changed, str(tmp_path))
   assert systems.recorded(str(tmp_path)).total_steps == 11
   record = json.loads((tmp_path / "config.json").read_text())
 

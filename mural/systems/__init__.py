@@ -6,6 +6,7 @@ changes.
 """
 
 import difflib
+from typing import Optional
 
 import ml_collections
 
@@ -88,6 +89,15 @@ def recorded(workdir: str):
       raise config_lib.ConfigError(f"{config_lib.record_path(workdir)}: {e}") from None
   config.lock()
   return config
+
+
+def record_changes(config, workdir: str) -> Optional[list]:
+  """The fields (dotted names) in which `config` differs from the one WORKDIR records, read on
+  today's defaults (a field added to mural since the record was written is no change); None
+  without a record."""
+  if not config_lib.record_path(workdir).exists():
+    return None
+  return config_lib.differences(recorded(workdir), config)
 
 
 def _assign(config, values: dict, prefix: str):
