@@ -2,9 +2,9 @@
 
 An evaluator is a small value with `run(embedder, variables) -> {'<set>/<metric>': value}`;
 a system lists its evaluators (mural/systems/), and the trainer runs them all
-(`run_all`) and `report`s the result: workdir/eval/step_<N>.json (`directory_for`: an
-evaluation of another config has its own), TensorBoard scalars and a console table. The maths lives in mural.metrics; this file only
-moves data.
+(`run_all`) and `report`s the result: workdir/eval/step_<N>.json (`directory_for`:
+an evaluation of another config has its own), TensorBoard scalars and a console
+table. The maths lives in mural.metrics; this file only moves data.
 
   Retrieval:   images and captions per language -> i2t/t2i Recall@1/5/10, mR
                (and 'mean/mR' over the sets), with the heads the task trained;

@@ -32,7 +32,8 @@ def training_texts(config, tasks: Sequence) -> Iterator[str]:
 
 @tf.autograph.experimental.do_not_convert  # Graph-mode code only: pipeline._open_sources says why.
 def learn(config, tasks: Sequence, workdir: str) -> str:
-  """workdir/vocab.txt, learned from the tasks' training text unless it exists
+  """workdir/vocab.txt, learned from the tasks' training text unless it exists, or copied from
+  the source of a warm start that loads the text tower (config_lib.source_vocab)
   (config.data.tokenizer 'words': workdir/words.json, see word_vocab.py).
 
   Touches no JAX device: a multi-process run learns it in process 0 before
