@@ -1,7 +1,7 @@
 """Command line: `python -m mural.main --config=FILE --workdir=DIR [--mode=train|eval|describe]`.
 
   --config=configs/demo.py --config.total_steps=100   overrides any field (locked: typos fail)
-                    without --config, train|eval|export use DIR/config.json, the resolved
+                    without --config, every mode uses --workdir's config.json, the resolved
                     config --mode=train records there
   --mode=train      train (resuming from DIR's latest checkpoint) and evaluate
   --mode=eval       evaluate DIR's latest checkpoint
@@ -154,8 +154,6 @@ def _writable_workdir(workdir: str) -> None:
 
 def _recorded_config():
   """Without --config, the config WORKDIR/config.json records (written by --mode=train)."""
-  if _MODE.value in ("describe", "plan"):
-    _fail(2, "--config is required")
   if not _WORKDIR.value:
     _fail(2, f"--config is required (or --workdir, for the {config_lib.RECORD} a --mode=train run "
           "recorded there)")

@@ -495,7 +495,7 @@ except SystemExit as e:
     ["--mode=eval", "--workdir=/nonexistent/x"],  # No --config, and no config.json recorded.
     ["--config=configs/recorded.py:/nonexistent/x", "--mode=describe"],  # Nor here.
     ["--config=configs/recorded.py", "--mode=describe"],  # No workdir named.
-    ["--mode=describe"],  # No --config.
+    ["--mode=describe"],  # No --config, no --workdir.
 ])
 def test_config_mistakes_are_reported_before_tensorflow_and_jax_load(args):
   r = subprocess.run([sys.executable, "-c", _LOADED, *args], cwd=ROOT, capture_output=True, text=True,
