@@ -24,6 +24,7 @@ from mural import embed
 from mural import export
 from mural import index as index_lib
 from mural import search
+from mural import svcca
 from mural import system as system_lib
 from mural import train
 from mural import warm_start
@@ -251,6 +252,21 @@ def test_embed_index_search_reproduce_the_evaluators_recalls(trained, tmp_path, 
   assert search.main(["--export", trained.export_dir, "--index", str(tmp_path / "nowhere"),
                       "--query", "x"]) == 1
   assert capsys.readouterr().err.strip().count("\n") == 0
+
+
+def test_svcca_compares_the_exports_languages_on_parallel_sentences(trained, capsys):
+  """python -m mural.svcca: every pair of the export's languages, in [0, 1]; the same sentences
+  in two languages score above the same embeddings with one side's rows shuffled."""
+  matrix = svcca.main(["--export", trained.export_dir, "--scenes=120"])
+  langs = list(trained.config.data.synthetic.languages)
+  assert list(matrix) == langs and all(0.0 <= matrix[a][b] <= 1.0 for a in langs for b in langs)
+  assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["svcca"] == matrix
+  texts = svcca.synthetic_parallel(trained.export_dir, 120)
+  model = export.load(trained.export_dir)
+  en, de = (model.embed_texts(texts[lang]) for lang in ("en", "de"))
+  shuffled = de[np.random.default_rng(0).permutation(len(de))]
+  assert matrix["en"]["de"] == pytest.approx(svcca.svcca(en, de), abs=1e-6)
+  assert svcca.svcca(en, shuffled) < matrix["en"]["de"] - 0.1
 
 
 def test_warm_start_first_loss_is_the_trained_models(trained, tmp_path):
