@@ -79,9 +79,10 @@ def format_matrix(matrix: Dict[str, Dict[str, float]]) -> str:
 
 
 def read_parallel_tsv(path: str) -> Dict[str, list]:
-  """{lang: sentences} from a TSV whose header names each column's language."""
+  """{lang: sentences} from a plain TSV (no quoting: a quote is text) whose header names each
+  column's language."""
   with open(path, newline="", encoding="utf-8") as f:
-    rows = list(csv.reader(f, delimiter="\t"))
+    rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
   if len(rows) < 2 or len(rows[0]) < 2:
     raise ValueError(f"{path}: needs a header of >= 2 language codes and rows of parallel sentences")
   header = [h.strip() for h in rows[0]]

@@ -254,7 +254,7 @@ def test_embed_index_search_reproduce_the_evaluators_recalls(trained, tmp_path, 
   assert capsys.readouterr().err.strip().count("\n") == 0
 
 
-def test_svcca_compares_the_exports_languages_on_parallel_sentences(trained, capsys):
+def test_svcca_compares_the_exports_languages_on_parallel_sentences(trained, capsys, tmp_path):
   """python -m mural.svcca: every pair of the export's languages, in [0, 1]; the same sentences
   in two languages score above the same embeddings with one side's rows shuffled."""
   matrix = svcca.main(["--export", trained.export_dir, "--scenes=120"])
@@ -267,6 +267,11 @@ def test_svcca_compares_the_exports_languages_on_parallel_sentences(trained, cap
   shuffled = de[np.random.default_rng(0).permutation(len(de))]
   assert matrix["en"]["de"] == pytest.approx(svcca.svcca(en, de), abs=1e-6)
   assert svcca.svcca(en, shuffled) < matrix["en"]["de"] - 0.1
+  # The same sentences from a TSV (a header of language codes): the same score.
+  tsv = tmp_path / "parallel.tsv"
+  tsv.write_text("de\ten\n" + "".join(f"{d}\t{e}\n" for d, e in zip(texts["de"], texts["en"])))
+  from_tsv = svcca.main(["--export", trained.export_dir, "--texts", str(tsv)])
+  assert list(from_tsv) == ["de", "en"] and from_tsv["en"]["de"] == pytest.approx(matrix["en"]["de"], abs=1e-6)
 
 
 def test_warm_start_first_loss_is_the_trained_models(trained, tmp_path):
