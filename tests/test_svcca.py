@@ -78,8 +78,8 @@ def test_bad_input_is_a_clear_error(tmp_path):
   tsv.write_text("en\tde\na red circle\tein roter Kreis\ntwo\n")
   with pytest.raises(ValueError, match=r"rows \[3\] do not have 2 fields"):
     svcca.read_parallel_tsv(str(tsv))
-  tsv.write_text('en\tde\na "red" circle\tein „roter“ Kreis\n')  # Quotes are text.
-  assert svcca.read_parallel_tsv(str(tsv)) == {"en": ['a "red" circle'], "de": ["ein „roter“ Kreis"]}
+  tsv.write_text('en\tde\n"Red" circle\tein „roter“ Kreis\n')  # Quotes are text, even leading ones.
+  assert svcca.read_parallel_tsv(str(tsv)) == {"en": ['"Red" circle'], "de": ["ein „roter“ Kreis"]}
 
 
 def test_similarity_matrix_is_symmetric_with_ones_on_its_diagonal():
