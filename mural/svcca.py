@@ -33,6 +33,8 @@ def _kept_basis(x: np.ndarray, keep: float) -> np.ndarray:
   """Orthonormal basis [n, k] of the centred view's top directions holding `keep` of its variance."""
   x = np.asarray(x, np.float64)
   u, s, _ = np.linalg.svd(x - x.mean(axis=0), full_matrices=False)
+  if not np.sum(s ** 2) > 0:
+    raise ValueError("svcca: a view is constant (every point the same): it has no direction to compare")
   variance = np.cumsum(s ** 2) / np.sum(s ** 2)
   k = int(np.searchsorted(variance, keep - 1e-12) + 1)
   return u[:, :k]

@@ -72,6 +72,8 @@ def test_bad_input_is_a_clear_error(tmp_path):
     svcca.svcca(rng.normal(size=(50, 2)), rng.normal(size=(40, 2)))
   with pytest.raises(ValueError, match="CCA needs at least twice as many points"):
     svcca.svcca(rng.normal(size=(10, 8)), rng.normal(size=(10, 8)), keep=1.0)
+  with pytest.raises(ValueError, match="a view is constant"):
+    svcca.svcca(np.ones((50, 3)), rng.normal(size=(50, 3)))
   with pytest.raises(ValueError, match=r"keep must be in \(0, 1\]"):
     svcca.svcca(rng.normal(size=(50, 2)), rng.normal(size=(50, 2)), keep=0.0)
   tsv = tmp_path / "parallel.tsv"
