@@ -1,6 +1,6 @@
 """SVCCA between languages: how alike a model represents the same sentences in two languages.
 
-MURAL (Jain et al. 2021, section 6) compares the languages' representations with SVCCA
+MURAL (Jain et al. 2021, section 5) compares the languages' representations with SVCCA
 (Raghu et al. 2017) and finds them grouped by language family and by area. For two views
 of the same n data points, X [n, p] and Y [n, q] (here: the text embeddings of n parallel
 sentences in two languages):
@@ -11,13 +11,14 @@ sentences in two languages):
   3. report their mean, in [0, 1]: 1 when one view is a linear map of the other.
 CCA needs many more points than kept directions, or its correlations rise towards 1 by
 chance: `svcca` refuses fewer than 2 points per kept direction, and the command line
-prints n and the kept directions beside the matrix.
+prints n and the kept directions beside the matrix. As the paper plots its figure 3,
+`laplacian_eigenmap` places the languages in 2-D from the matrix (Belkin and Niyogi 2003).
 
   python -m mural.svcca --export=EXP                  # the synthetic held-out scenes of EXP's config
   python -m mural.svcca --export=EXP --scenes=2000    # more of them
   python -m mural.svcca --export=EXP --texts=parallel.tsv   # a header of language codes, then a
                                                             # sentence per language on each row
-Prints the languages' similarity matrix, then one JSON line.
+Prints the languages' similarity matrix and their 2-D Laplacian eigenmap, then one JSON line.
 """
 
 import argparse
@@ -67,6 +68,21 @@ def similarity_matrix(embeddings: Dict[str, np.ndarray], keep: float = 0.99) -> 
     for b in langs[i + 1:]:
       out[a][b] = out[b][a] = svcca(embeddings[a], embeddings[b], keep)
   return out
+
+
+def laplacian_eigenmap(matrix: Dict[str, Dict[str, float]], dims: int = 2) -> Dict[str, list]:
+  """{lang: coordinates}: the languages embedded by the similarity matrix as affinities W, the
+  eigenvectors of L v = lambda D v (L = D - W, D the degrees) after the constant one, smallest
+  first (up to the number of languages - 1)."""
+  langs = list(matrix)
+  w = np.array([[matrix[a][b] for b in langs] for a in langs], np.float64)
+  degree = w.sum(axis=1)
+  scale = 1.0 / np.sqrt(degree)
+  # The symmetric form D^-1/2 L D^-1/2 u = lambda u, v = D^-1/2 u.
+  _, u = np.linalg.eigh(scale[:, None] * (np.diag(degree) - w) * scale[None, :])
+  v = scale[:, None] * u[:, 1:1 + min(dims, len(langs) - 1)]
+  v = v * np.sign(v[np.argmax(np.abs(v), axis=0), np.arange(v.shape[1])])  # One sign per axis.
+  return {lang: [float(x) for x in row] for lang, row in zip(langs, v)}
 
 
 def format_matrix(matrix: Dict[str, Dict[str, float]]) -> str:
@@ -126,7 +142,10 @@ def main(argv: Sequence[str] = None) -> Dict[str, Dict[str, float]]:
   print(f"SVCCA of {n} parallel sentences' text embeddings ({model.embed_dim}-d), kept directions "
         + ", ".join(f"{k} {v}" for k, v in kept.items()) + f" ({args.keep:.0%} of each one's variance):")
   print(format_matrix(matrix))
-  print(json.dumps({"sentences": n, "keep": args.keep, "kept": kept, "svcca": matrix}))
+  eigenmap = laplacian_eigenmap(matrix)
+  print("Laplacian eigenmap: " + ", ".join(f"{lang} ({', '.join(f'{x:+.3f}' for x in xy)})"
+                                           for lang, xy in eigenmap.items()))
+  print(json.dumps({"sentences": n, "keep": args.keep, "kept": kept, "svcca": matrix, "eigenmap": eigenmap}))
   return matrix
 
 

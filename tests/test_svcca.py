@@ -93,3 +93,24 @@ def test_similarity_matrix_is_symmetric_with_ones_on_its_diagonal():
   assert all(m[a][b] == m[b][a] for a in views for b in views)
   assert m["en"]["de"] == pytest.approx(1.0, abs=1e-9) and m["en"]["sw"] < 0.3
   assert svcca.format_matrix(m).splitlines()[0].split() == ["en", "de", "sw"]
+
+
+def test_laplacian_eigenmap_matches_the_generalized_eigenproblem_and_splits_clusters():
+  import scipy.linalg  # pylint: disable=g-import-not-at-top
+  langs = ["en", "de", "ja", "hi", "sw"]
+  close = {frozenset(p) for p in (("en", "de"), ("ja", "hi"))}
+  matrix = {a: {b: 1.0 if a == b else 0.95 if frozenset((a, b)) in close else 0.3 + 0.01 * (i + j)
+                for j, b in enumerate(langs)} for i, a in enumerate(langs)}
+  got = svcca.laplacian_eigenmap(matrix)
+  w = np.array([[matrix[a][b] for b in langs] for a in langs])
+  d = np.diag(w.sum(1))
+  _, want = scipy.linalg.eigh(d - w, d)  # Belkin and Niyogi's L v = lambda D v, independently.
+  for axis in range(2):
+    column = np.array([got[lang][axis] for lang in langs])
+    reference = want[:, axis + 1]
+    np.testing.assert_allclose(np.abs(column @ d @ reference), 1.0, atol=1e-9)  # v'Dv = 1 alike.
+    np.testing.assert_allclose(column, np.sign(column @ d @ reference) * reference, atol=1e-9)
+  first = {lang: got[lang][0] for lang in langs}
+  assert np.sign(first["en"]) == np.sign(first["de"]) != np.sign(first["ja"]) == np.sign(first["hi"])
+  two = svcca.laplacian_eigenmap({"en": {"en": 1.0, "de": 0.5}, "de": {"en": 0.5, "de": 1.0}})
+  assert [len(v) for v in two.values()] == [1, 1]  # n - 1 axes at most.
