@@ -247,6 +247,7 @@ _require = require
 def language_codes(values, field: str) -> list:
   """`values` as a list of language codes, each non-empty, lower-case and one code: a flag's
   'en,de' reaches a tuple field as the one entry 'en,de', which would match no record."""
+  require(not isinstance(values, str), field, f"must be a tuple of codes, got the string {values!r}")
   langs = list(values)
   for l in langs:
     require(isinstance(l, str) and l and l == l.strip().lower(), field,
@@ -482,7 +483,8 @@ def takes_text_tower(config) -> bool:
 def source_vocab(init_from: str) -> Optional[str]:
   """The wordpiece vocabulary the source was trained with: its vocab.txt (an export's, or a
   workdir's that learned one), else the data.vocab_path its config.json records; None if neither."""
-  path = record_path(init_from).parent / "vocab.txt"
+  from etils import epath  # pylint: disable=g-import-not-at-top
+  path = epath.Path(init_from) / "vocab.txt"
   if path.exists():
     return str(path)
   if record_path(init_from).exists():

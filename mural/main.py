@@ -157,13 +157,10 @@ def _recorded_config():
   if not _WORKDIR.value:
     _fail(2, f"--config is required (or --workdir, for the {config_lib.RECORD} a --mode=train run "
           "recorded there)")
-  if not config_lib.record_path(_WORKDIR.value).exists():
-    _fail(2, f"--config is required: --workdir {_WORKDIR.value} holds no {config_lib.RECORD} (a "
-          "--mode=train run writes it)")
   try:
     config = systems.recorded(_WORKDIR.value)
   except config_lib.ConfigError as e:
-    _fail(2, str(e))
+    _fail(2, f"no --config, and {e}")
   logging.info("Config: %s (recorded by the run that trained it).", config_lib.record_path(_WORKDIR.value))
   return config
 

@@ -187,6 +187,9 @@ def test_a_comma_list_given_to_a_language_tuple_flag_is_an_error_that_shows_the_
   section.languages = ast.literal_eval(fix.split("=", 1)[1].strip('"'))
   config_lib.validate(c)
   synthetic.Settings.from_config(c)
+  # A bare string (a hand-written value) would read as one code per character.
+  with pytest.raises(config_lib.ConfigError, match=f"^config.{field}: must be a tuple of codes, got the string 'en'"):
+    config_lib.language_codes("en", field)
 
 
 def test_every_epoch_is_a_new_permutation(tmp_path, tok):

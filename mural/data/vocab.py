@@ -42,11 +42,13 @@ def learn(config, tasks: Sequence, workdir: str) -> str:
   if _kind(config) == "words":
     return word_vocab.learn(config, tasks, workdir)
   path = epath.Path(workdir) / "vocab.txt"
+  if path.exists():
+    return str(path)
   source = config_lib.source_vocab(config.init_from) if config_lib.takes_text_tower(config) else None
-  if not path.exists() and source:  # The warm start's token table goes with its vocabulary.
+  if source:  # The warm start's token table goes with its vocabulary.
     logging.info("Vocabulary: %s, the warm start's (its text tower is loaded), copied to %s.", source, path)
     path.write_bytes(epath.Path(source).read_bytes())
-  elif not path.exists():
+  else:
     logging.info("Learning a %d-token wordpiece vocab into %s.", config.model.text.vocab_size, path)
     tokenizer_lib.build_vocab(list(training_texts(config, tasks)), config.model.text.vocab_size, str(path))
   return str(path)

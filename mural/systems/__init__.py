@@ -81,12 +81,12 @@ def recorded(workdir: str):
   ConfigError naming its field, and a field the record lacks (one added to mural after the run)
   keeps its default. Locked, as a config file's."""
   values = config_lib.read_record(workdir)
-  config = base_config(values["system"])
-  with config.unlocked():  # Free-form sections (data.eval_source, ...) may gain fields.
-    try:
+  try:
+    config = base_config(values["system"])
+    with config.unlocked():  # Free-form sections (data.eval_source, ...) may gain fields.
       _assign(config, values, "")
-    except config_lib.ConfigError as e:
-      raise config_lib.ConfigError(f"{config_lib.record_path(workdir)}: {e}") from None
+  except config_lib.ConfigError as e:
+    raise config_lib.ConfigError(f"{config_lib.record_path(workdir)}: {e}") from None
   config.lock()
   return config
 
