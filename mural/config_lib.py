@@ -438,7 +438,7 @@ def read_record(workdir: str) -> dict:
   try:
     values = json.loads(path.read_text())
   except FileNotFoundError:
-    raise ConfigError(f"{path}: no such file (a --mode=train run writes it)") from None
+    raise ConfigError(f"{path}: no such file (--mode=train writes it in a workdir, --mode=export in an export)") from None
   except ValueError as e:
     raise ConfigError(f"{path}: not a config record ({e})") from None
   if not isinstance(values, dict) or not isinstance(values.get("system"), str):

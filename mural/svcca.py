@@ -149,5 +149,15 @@ def main(argv: Sequence[str] = None) -> Dict[str, Dict[str, float]]:
   return matrix
 
 
+def cli(argv: Sequence[str]) -> int:
+  """main's exit code: a missing export or file, or too few sentences, is one line on stderr."""
+  try:
+    main(argv)
+  except (FileNotFoundError, ValueError) as e:  # config_lib.ConfigError is a ValueError.
+    print(f"mural.svcca: error: {str(e).splitlines()[0]}", file=sys.stderr)
+    return 1
+  return 0
+
+
 if __name__ == "__main__":
-  main(sys.argv[1:])
+  sys.exit(cli(sys.argv[1:]))

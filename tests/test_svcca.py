@@ -114,3 +114,11 @@ def test_laplacian_eigenmap_matches_the_generalized_eigenproblem_and_splits_clus
   assert np.sign(first["en"]) == np.sign(first["de"]) != np.sign(first["ja"]) == np.sign(first["hi"])
   two = svcca.laplacian_eigenmap({"en": {"en": 1.0, "de": 0.5}, "de": {"en": 0.5, "de": 1.0}})
   assert [len(v) for v in two.values()] == [1, 1]  # n - 1 axes at most.
+
+
+def test_the_command_line_says_what_is_missing_in_one_line(tmp_path, capsys):
+  assert svcca.cli(["--export", str(tmp_path / "nowhere")]) == 1
+  assert capsys.readouterr().err == f"mural.svcca: error: {tmp_path / 'nowhere' / 'config.json'}: no such file " \
+                                    "(--mode=train writes it in a workdir, --mode=export in an export)\n"
+  assert svcca.cli(["--export", str(tmp_path), "--texts", str(tmp_path / "none.tsv")]) == 1
+  assert "No such file or directory" in capsys.readouterr().err
