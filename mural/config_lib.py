@@ -403,15 +403,19 @@ def _validate_sharding_rules(rules) -> None:
 
 
 def from_file(path) -> ml_collections.ConfigDict:
-  """`get_config()` of a config file (configs/*.py), for tests and notebooks."""
+  """`get_config()` of a config file (configs/*.py), for tests and notebooks; 'file.py:arg' passes
+  arg to get_config, as --config does."""
   import importlib.util  # pylint: disable=g-import-not-at-top
-  path = str(path)
+  path, arg = str(path), None
+  if ".py:" in path:
+    path, arg = path.split(".py:", 1)
+    path += ".py"
   spec = importlib.util.spec_from_file_location(f"mural_config_{abs(hash(path))}", path)
   if spec is None:
     raise ConfigError(f"config file {path} cannot be loaded")
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
-  return module.get_config()
+  return module.get_config() if arg is None else module.get_config(arg)
 
 
 # ---------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import jax
 from mural import config_lib
 from mural import system as system_lib
 from mural import systems
+from mural.models import feature_tower
 
 
 def _count(tree) -> int:
@@ -27,7 +28,8 @@ def param_shapes(config):
   config_lib.validate(config)
   system = systems.get(config)
   tasks = system_lib.active_tasks(system, config)
-  model = system.build_model(config, tasks)
+  with feature_tower.frozen_backbones_as_shapes():  # Not a parameter: no need to build it.
+    model = system.build_model(config, tasks)
   rng = jax.ShapeDtypeStruct((2,), jax.numpy.uint32)
   variables = jax.eval_shape(lambda r: system_lib.init_variables(model, tasks, config, r), rng)
   return variables["params"]

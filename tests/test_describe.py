@@ -84,3 +84,59 @@ def test_language_lists_can_be_overridden_on_the_command_line():
   settings = synthetic.Settings.from_config(config)  # Validates them together.
   assert tuple(settings.languages) == ("en", "de", "sw")
   assert config.data.synthetic.translation_pair_list == ("en-sw", "de-sw")
+
+
+# The family's paper-size configs, every group counted by hand from the papers' layer sizes (the
+# systems' docstrings say where a paper is silent). L = 8 languages of the built-in data.
+L = 8
+MULE_IMAGE = 512 * 2048 + 2048 + 2 * 2048 + 2048 * 512 + 512  # B5's 512-d pool -> FC 2048, BN, FC 512.
+LSTM_1024 = 512 * 4 * 1024 + 1024 * 4 * 1024 + 4 * 1024 + 1024 * 512 + 512  # LSTM over 512-d, FC 512.
+CLASSIFIER = 512 * L + L  # MULE's / SMALR's adversarial language classifier on u.
+BERT_4x512 = 4 * (4 * (512 * 512 + 512) + 2 * 512 * 2048 + 2048 + 512 + 2 * 2 * 512) + 64 * 512 + 2 * 512
+D128_HEAD = 512 * 512 + 512 + 512 * 128 + 128  # Globetrotter's prediction head to D = 128.
+MLM_HEAD = 512 * 512 + 512 + 2 * 512 + 32_000  # BERT's cloze transform and output bias (tied table).
+FAMILY = {  # image_tower, token_embeddings, text_encoder, heads, total - (the other four).
+    "mule": (MULE_IMAGE, L * 20_000 * 300, L * (300 * 512 + 512) + LSTM_1024, 0, CLASSIFIER),
+    # PARALLEL-EmbN: each language its own LSTM and FC; no classifier.
+    "mule.py:parallel_embn": (MULE_IMAGE, L * 20_000 * 300, L * (300 * 512 + 512 + LSTM_1024), 0, 0),
+    # HEM: per language K + 2 = 5,002 specific 50-d rows and its FC to 512; 40k latent 50-d rows and
+    # one FC; the [MASK] vector. The rest: the classifier and MCLM's two FCs (1024 -> 1024).
+    "smalr": (MULE_IMAGE, L * 5_002 * 50 + 40_000 * 50, L * (50 * 512 + 512) + 50 * 512 + 512 + 512 + LSTM_1024,
+              0, CLASSIFIER + 2 * (1024 * 1024 + 1024)),
+    # Phase 1: learned 300-d word vectors, 40k latent rows, the word -> latent-space FC.
+    "smalr.py:pretrain": (0, L * 25_000 * 300 + 40_000 * 50, 300 * 50 + 50, 0, 0),
+    # Linear 2048 -> 1024 over the frozen features; one 20k x 300 union table; a GRU of 1024
+    # (flax's cell: input kernels and biases, recurrent kernels, the candidate's recurrent bias).
+    "kadar": (2048 * 1024 + 1024, 20_000 * 300, 3 * (300 * 1024 + 1024) + 3 * 1024 * 1024 + 1024, 0, 0),
+    # ResNet-18 = torchvision's 11,689,512 less its 1000-way classifier; BERT 4 x 512 (MLP 2048, 64
+    # positions) on a 32k table.
+    "globetrotter": (11_689_512 - (512 * 1000 + 1000), 32_000 * 512, BERT_4x512, 2 * D128_HEAD + MLM_HEAD, 0),
+    "globetrotter.py:text_only": (0, 32_000 * 512, BERT_4x512, MLM_HEAD, 0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAMILY))
+def test_family_configs_at_paper_sizes_count_by_hand(name):
+  image, tokens, text, heads, other = FAMILY[name]
+  path = ROOT / "configs" / (name if ".py" in name else f"{name}.py")
+  counts = describe.describe(config_lib.from_file(path))
+  assert counts == {"image_tower": image, "token_embeddings": tokens, "text_encoder": text,
+                    "heads": heads, "total": image + tokens + text + heads + other}
+  if name == "smalr":
+    assert counts["total"] < 20e6  # The paper: fewer than 20M parameters.
+
+
+def test_a_frozen_backbone_is_neither_compiled_nor_read_to_count_parameters():
+  """MULE's frozen B5 is a constant of its image tower: describe counts around it from shapes
+  (compiling its init took 21 s), and a backbone_workdir is not read."""
+  import jax  # pylint: disable=g-import-not-at-top
+  lowered = []
+  listener = lambda event, seconds, **_: lowered.append(event) if "jaxpr_to_mlir" in event else None
+  config = load_config("mule")
+  config.model.image.backbone_workdir = "/nonexistent/run"  # A run's workdir would be a restore.
+  jax.monitoring.register_event_duration_secs_listener(listener)
+  try:
+    counts = describe.describe(config)
+  finally:
+    jax.monitoring.unregister_event_duration_listener(listener)
+  assert counts["image_tower"] == MULE_IMAGE and not lowered
