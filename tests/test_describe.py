@@ -127,8 +127,8 @@ def test_family_configs_at_paper_sizes_count_by_hand(name):
 
 
 def test_a_frozen_backbone_is_neither_compiled_nor_read_to_count_parameters():
-  """MULE's frozen B5 is a constant of its image tower: describe counts around it from shapes
-  (compiling its init took 21 s), and a backbone_workdir is not read."""
+  """MULE's frozen B5 is a constant of its image tower, not a parameter: describe counts without
+  it (compiling its init took 21 s) and reads no backbone_workdir."""
   import jax  # pylint: disable=g-import-not-at-top
   lowered = []
   listener = lambda event, seconds, **_: lowered.append(event) if "jaxpr_to_mlir" in event else None

@@ -80,10 +80,10 @@ _SHAPES_ONLY = contextvars.ContextVar("frozen_backbone_shapes_only", default=Fal
 
 @contextlib.contextmanager
 def frozen_backbones_as_shapes():
-  """Towers built inside hold their frozen backbone's variables as shapes only (zeros where a
-  trace reads them): enough to count what trains (describe, under jax.eval_shape), without
-  compiling and running the backbone's init (21 s for MULE's B5) or reading its checkpoint.
-  Such a tower computes zeros for features: never for a run."""
+  """Towers built inside have no frozen backbone: their features are zeros of its output width.
+  Enough to count what trains (describe, under jax.eval_shape) without compiling and running
+  the backbone's init (21 s for MULE's B5), reading its checkpoint or even tracing it. Never for
+  a run."""
   token = _SHAPES_ONLY.set(True)
   try:
     yield
@@ -92,18 +92,18 @@ def frozen_backbones_as_shapes():
 
 
 def _frozen_apply(backbone, variables, images):
-  variables = jax.tree.map(
-      lambda v: jnp.zeros(v.shape, v.dtype) if isinstance(v, jax.ShapeDtypeStruct) else v, variables)
+  if variables is None:  # frozen_backbones_as_shapes.
+    return jnp.zeros((images.shape[0], backbone.output_dim), jnp.float32)
   return backbone.apply(variables, images, train=False)[0]
 
 
 def backbone_variables(backbone: nn.Module, image_config) -> dict:
   """{'params', 'batch_stats'} of the frozen backbone: a trained run's image tower, or a seeded
-  init (their shapes alone inside frozen_backbones_as_shapes)."""
-  init = lambda rng: nn.unbox(backbone.init(rng, jnp.zeros((1, 32, 32, 3)), train=False))
-  shapes = jax.eval_shape(init, jax.ShapeDtypeStruct((2,), jnp.uint32))
+  init (None inside frozen_backbones_as_shapes)."""
   if _SHAPES_ONLY.get():
-    return dict(shapes)
+    return None
+  init = lambda rng: nn.unbox(backbone.init(rng, jnp.zeros((1, 32, 32, 3)), train=False))
+  shapes = jax.eval_shape(init, jax.random.PRNGKey(0))
   if image_config.backbone_workdir:
     from mural import checkpointing  # pylint: disable=g-import-not-at-top
     try:
