@@ -2,6 +2,9 @@
 
 import functools
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -140,3 +143,18 @@ def test_a_frozen_backbone_is_neither_compiled_nor_read_to_count_parameters():
   finally:
     jax.monitoring.unregister_event_duration_listener(listener)
   assert counts["image_tower"] == MULE_IMAGE and not lowered
+
+
+def test_no_system_loads_tensorflow_to_count_parameters():
+  """describe reads shapes only (Globetrotter's cloze masking once imported the tokenizer, and
+  with it TensorFlow, 3 s)."""
+  code = ("import json, sys; from mural import config_lib, describe\n"
+          "for name in sys.argv[1:]:\n"
+          "  print(json.dumps(describe.describe(config_lib.from_file(name))))\n"
+          "print('tensorflow' in sys.modules)")
+  names = [f"configs/{name}.py" for name in ("globetrotter", "mule", "mural_base")]
+  r = subprocess.run([sys.executable, "-c", code, *names], cwd=ROOT, capture_output=True, text=True,
+                     timeout=120, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+  assert r.returncode == 0, r.stderr[-2000:]
+  *counts, loaded = r.stdout.strip().splitlines()
+  assert json.loads(counts[0])["total"] == sum(FAMILY["globetrotter"]) and loaded == "False"

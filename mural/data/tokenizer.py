@@ -22,13 +22,18 @@ Ids: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4; every sequence is
 [CLS] pieces... [SEP] [PAD]..., truncated so that [SEP] stays last.
 """
 
+from __future__ import annotations  # tf.Tensor annotations are not evaluated at import.
+
 import collections
 import os
 from typing import Iterable, Optional, Sequence, Union
 
-import tensorflow as tf
-import tensorflow_text as tft
-from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset as bert_vocab
+from etils import epy
+
+with epy.lazy_imports():  # The reserved ids are read where TensorFlow is not needed (describe).
+  import tensorflow as tf
+  import tensorflow_text as tft
+  from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset as bert_vocab
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 RESERVED_TOKENS = (PAD, UNK, CLS, SEP, MASK)  # Their ids are their positions.
