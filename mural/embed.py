@@ -4,7 +4,8 @@
 
 --images: a glob of image files (id: the path), or of TFRecord files (names
   containing '.tfrecord'; --image_field holds the bytes, --id_field the id,
-  else '<file>:<record>'). --texts: a TSV file, 'id<TAB>text' per line.
+  else '<file>:<record>'). --texts: a TSV file, 'id<TAB>text' per line (--lang: their
+  language, which an export with a word vocabulary per language, MULE's, needs).
 OUT/images/ and OUT/texts/ hold, per shard of --shard_size inputs,
   shard-NNNNN.npy   float16 or float32 [rows, D], L2-normalised
   shard-NNNNN.ids   one id per line, in row order
@@ -135,8 +136,9 @@ def _save_shard(directory: str, index: int, first: int, inputs: int, ids: List[s
 
 
 def embed_inputs(model, kind: str, total: Optional[int], items: Callable[[int], Iterator[Item]],
-                 directory: str, shard_size: int, dtype: str) -> dict:
-  """Embeds every input of `kind` ('images' | 'texts') into `directory`'s shards; returns counts."""
+                 directory: str, shard_size: int, dtype: str, lang: Optional[str] = None) -> dict:
+  """Embeds every input of `kind` ('images' | 'texts') into `directory`'s shards; returns counts.
+  `lang`: the texts' language (Model.embed_texts)."""
   os.makedirs(directory, exist_ok=True)
   done = done_shards(directory)
   start = sum(s["inputs"] for s in done)
@@ -166,12 +168,12 @@ def embed_inputs(model, kind: str, total: Optional[int], items: Callable[[int], 
       except ValueError as e:
         skipped.append([key, str(e)])
       if len(pending) == model.batch_size:
-        vectors.append(_embed(model, kind, pending))
+        vectors.append(_embed(model, kind, pending, lang))
         ids += [k for k, _ in pending]
         pending = []
       progress.add(1)
     if pending:
-      vectors.append(_embed(model, kind, pending))
+      vectors.append(_embed(model, kind, pending, lang))
       ids += [k for k, _ in pending]
     if inputs:
       matrix = np.concatenate(vectors) if vectors else np.zeros((0, model.embed_dim), np.float32)
@@ -187,10 +189,20 @@ def embed_inputs(model, kind: str, total: Optional[int], items: Callable[[int], 
   return counts
 
 
-def _embed(model, kind: str, pending) -> np.ndarray:
+def _embed(model, kind: str, pending, lang: Optional[str]) -> np.ndarray:
   if kind == "texts":
-    return model.embed_texts([v for _, v in pending])
+    return model.embed_texts([v for _, v in pending], lang)
   return model.embed_prepared(np.stack([v for _, v in pending]))
+
+
+def check_lang(model, lang: Optional[str], flag: str = "--lang") -> None:
+  """ValueError (one line) when an export whose texts need their language gets none, or a code
+  it does not know."""
+  if lang is None and model.tokenizer.needs_language:
+    raise ValueError(f"{flag}: this export has a word vocabulary per language: give the texts' "
+                     f"language, one of {model.languages}")
+  if lang is not None and lang not in model.languages:
+    raise ValueError(f"{flag}: {lang!r} is not a language of this export ({model.languages})")
 
 
 def load_embeddings(directory: str) -> Tuple[np.ndarray, List[str]]:
@@ -212,6 +224,8 @@ def main(argv=None) -> int:
   parser.add_argument("--export", required=True, help="Export directory (--mode=export).")
   parser.add_argument("--images", help="Glob of image files or of TFRecord files.")
   parser.add_argument("--texts", help="TSV file: id<TAB>text per line.")
+  parser.add_argument("--lang", help="The texts' language code, for an export with a vocabulary "
+                                     "per language (MULE); others ignore it.")
   parser.add_argument("--output", required=True, help="Output directory.")
   parser.add_argument("--dtype", choices=("float16", "float32"), default="float16")
   parser.add_argument("--shard_size", type=int, default=10_000, help="Inputs per shard.")
@@ -232,9 +246,12 @@ def main(argv=None) -> int:
       inputs["texts"] = text_inputs(args.texts)
     from mural import export  # pylint: disable=g-import-not-at-top
     model = export.load(args.export, args.batch_size)
+    if args.texts:
+      check_lang(model, args.lang)
     os.makedirs(args.output, exist_ok=True)
     settings = {"export": os.path.abspath(args.export), "step": model.manifest["step"],
-                "embed_dim": model.embed_dim, "dtype": args.dtype, "shard_size": args.shard_size}
+                "embed_dim": model.embed_dim, "dtype": args.dtype, "shard_size": args.shard_size,
+                "lang": args.lang}
     path = os.path.join(args.output, "embed.json")
     if os.path.exists(path):
       with open(path) as f:
@@ -245,7 +262,8 @@ def main(argv=None) -> int:
                          f"({', '.join(f'{k}={before.get(k)!r}' for k in changed)}); use a new --output")
     _write(path, json.dumps(settings, indent=1).encode("utf-8"))
     for kind, (total, items) in inputs.items():
-      embed_inputs(model, kind, total, items, os.path.join(args.output, kind), args.shard_size, args.dtype)
+      embed_inputs(model, kind, total, items, os.path.join(args.output, kind), args.shard_size, args.dtype,
+                   args.lang)
   except (FileNotFoundError, ValueError) as e:
     _fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
   return 0

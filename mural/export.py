@@ -145,24 +145,38 @@ def export(config, workdir: str, export_dir: Optional[str] = None, step: Optiona
   serialization; 'tpu' can be added).
   """
   from mural import checkpointing  # pylint: disable=g-import-not-at-top
+  from mural import models  # pylint: disable=g-import-not-at-top
+  from mural.data import vocab  # pylint: disable=g-import-not-at-top
   model, heads, tasks = model_and_heads(config)
   step, variables = checkpointing.read_params(workdir, step)
   variables = {"params": variables["params"], "batch_stats": variables.get("batch_stats", {})}
   abstract = abstract_variables(model, tasks, config)
   check_fits(variables, abstract, f"checkpoint {step} in {workdir}")
-  vocab_path = config.data.vocab_path or str(epath.Path(workdir) / "vocab.txt")
+  vocab_field, vocab_path = vocab.vocab_file(config, workdir)
   if not os.path.exists(vocab_path):
-    raise FileNotFoundError(f"vocab {vocab_path} does not exist (config.data.vocab_path or the "
-                            "workdir's vocab.txt)")
+    raise FileNotFoundError(f"vocab {vocab_path} does not exist (config.{vocab_field} or the "
+                            "workdir's)")
+  vocab_name = VOCAB if vocab_field == "data.vocab_path" else os.path.basename(vocab_path)
+  words = vocab_field != "data.vocab_path"
+  if saved_model and words:
+    logging.info("No SavedModel: its graph tokenizes wordpieces, and %s has word vocabularies.",
+                 config.system)
+    saved_model = False
 
   final = epath.Path(export_dir or default_dir(workdir, step))
   tmp = epath.Path(f"{final}.tmp-{os.getpid()}")
   if tmp.exists():
     shutil.rmtree(tmp)
   tmp.mkdir(parents=True)
-  shutil.copyfile(vocab_path, tmp / VOCAB)
+  shutil.copyfile(vocab_path, tmp / vocab_name)
   (tmp / CONFIG).write_text(config.to_json(indent=1, sort_keys=True))
   (tmp / PARAMS).write_bytes(serialization.msgpack_serialize(jax.tree.map(np.asarray, variables)))
+  # What the config names outside the workdir, in the export: the loader points each field at
+  # its copy ('' clears a field that only initialised parameters).
+  inputs = {vocab_field: vocab_name}
+  for field, frozen in models.frozen_inputs(config).items():
+    inputs[field] = _write_frozen(tmp, field, frozen, step)
+  inputs.update({field: "" for field in models.INITIALISERS if _get(config, field)})
   embed_dim = int(jax.eval_shape(embed_fns(model, heads)[1], abstract,
                                  jax.ShapeDtypeStruct((1, config.model.text.max_len), jnp.int32),
                                  jax.ShapeDtypeStruct((1, config.model.text.max_len), jnp.int32)).shape[-1])
@@ -172,9 +186,12 @@ def export(config, workdir: str, export_dir: Optional[str] = None, step: Optiona
       "image": {"size": int(config.data.image_size), "resize": int(config.data.eval_resize),
                 "resize_method": "short side to `resize` (bilinear, antialiased), central `size` crop",
                 "mean": [127.5] * 3, "std": [127.5] * 3, "input": "RGB, pixels in [0, 255]"},
-      "text": {"max_len": int(config.model.text.max_len), "vocab": VOCAB,
-               "normalization": "NFKC_Casefold (accents kept)", "tokenizer": "wordpiece"},
-      "files": {"params": PARAMS, "config": CONFIG, "vocab": VOCAB},
+      "text": {"max_len": int(config.model.text.max_len), "vocab": vocab_name,
+               "normalization": "NFKC_Casefold (accents kept)",
+               "tokenizer": "words" if words else "wordpiece",
+               "needs_language": bool(words and not config.data.get("word_vocab_union", False))},
+      "files": {"params": PARAMS, "config": CONFIG, "vocab": vocab_name},
+      "inputs": inputs,
   }
   if saved_model:
     write_saved_model(model, variables, heads, config, str(tmp / VOCAB), str(tmp / SAVED_MODEL),
@@ -189,6 +206,33 @@ def export(config, workdir: str, export_dir: Optional[str] = None, step: Optiona
   tmp.rename(final)
   logging.info("Exported step %d of %s to %s (embedding size %d).", step, workdir, final, embed_dim)
   return str(final)
+
+
+def _get(config, field: str):
+  node = config
+  for key in field.split("."):
+    node = node.get(key, None) if hasattr(node, "get") else None
+  return node
+
+
+def _set(config, field: str, value) -> None:
+  *parents, leaf = field.split(".")
+  node = config
+  for key in parents:
+    node = node[key]
+  node[leaf] = value
+
+
+def _write_frozen(root, field: str, variables, step: int) -> str:
+  """Writes a frozen input's variables as an export-format directory (what export.read_variables
+  and the tower's own reader take for a run); returns its name in the export."""
+  name = "frozen_" + field.replace(".", "_")
+  (root / name).mkdir()
+  (root / name / PARAMS).write_bytes(serialization.msgpack_serialize(jax.tree.map(np.asarray, variables)))
+  (root / name / MANIFEST).write_text(json.dumps(
+      {"format": FORMAT, "step": int(step), "of": f"config.{field}: variables the model reads when "
+                                                    "it is built, not parameters"}, indent=1))
+  return name
 
 
 def write_saved_model(model, variables, heads, config, vocab_path: str, path: str,
@@ -254,17 +298,21 @@ class Model:
     data.hide_accelerators_from_tensorflow()  # TensorFlow only preprocesses: the accelerators are JAX's.
     import ml_collections  # pylint: disable=g-import-not-at-top
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # pylint: disable=g-import-not-at-top
-    from mural.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+    from mural.data import vocab  # pylint: disable=g-import-not-at-top
     self.path = str(root)
     self.manifest = json.loads((root / MANIFEST).read_text())
     self.config = ml_collections.ConfigDict(json.loads((root / CONFIG).read_text()))
+    inputs = self.manifest.get("inputs", {"data.vocab_path": VOCAB})  # Exports before "inputs".
+    for field, name in inputs.items():  # The export's own copies of what the config names.
+      _set(self.config, field, str(root / name) if name else "")
     model, heads, tasks = model_and_heads(self.config)
     variables, _ = read_variables(path)
     check_fits(variables, abstract_variables(model, tasks, self.config), f"export {path}")
     self.embed_dim = int(self.manifest["embed_dim"])
     self.image_size = int(self.manifest["image"]["size"])
     self.resize = int(self.manifest["image"]["resize"])
-    self.tokenizer = tokenizer_lib.Tokenizer(str(root / VOCAB), int(self.manifest["text"]["max_len"]))
+    self.languages = list(self.manifest["languages"])
+    self.tokenizer = vocab.tokenizer(self.config, tasks, self.path, learn_missing=False)
 
     devices = np.array(jax.local_devices())
     self._rows = NamedSharding(Mesh(devices, ("data",)), P("data"))
@@ -286,16 +334,29 @@ class Model:
       out.append(np.asarray(fn(self._variables, *[jax.device_put(c, self._rows) for c in chunk]))[:real])
     return np.concatenate(out) if out else np.zeros((0, self.embed_dim), np.float32)
 
-  def tokenize(self, texts: Sequence[str]) -> Tuple[np.ndarray, np.ndarray]:
+  def tokenize(self, texts: Sequence[str], langs=None) -> Tuple[np.ndarray, np.ndarray]:
+    """(ids, mask) int32 [N, max_len]; `langs` as embed_texts takes them."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     if isinstance(texts, (str, bytes)) or not all(isinstance(t, str) for t in texts):
       raise ValueError("embed_texts takes a list of str")
-    ids, mask = self.tokenizer.tokenize(tf.constant(list(texts) or [""], tf.string))
+    if langs is None and self.tokenizer.needs_language:
+      raise ValueError(f"this export's word vocabularies are per language: embed_texts(texts, "
+                       f"langs=<one of {self.languages}, or one per text>)")
+    if langs is not None:
+      codes = [langs] * len(texts) if isinstance(langs, str) else list(langs)
+      unknown = sorted(set(codes) - set(self.languages))
+      if unknown or len(codes) != len(texts):
+        raise ValueError(f"langs: {unknown or len(codes)} (the export's languages: {self.languages}; "
+                         f"one code, or one per text)")
+      langs = tf.constant([self.languages.index(c) for c in codes] or [0], tf.int64)
+    ids, mask = self.tokenizer.tokenize(tf.constant(list(texts) or [""], tf.string), langs)
     return ids.numpy()[:len(texts)], mask.numpy()[:len(texts)]
 
-  def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
-    """float32 [N, D], unit rows; '' embeds as [CLS][SEP], long texts are truncated."""
-    return self._batched(self._texts, self.tokenize(texts))
+  def embed_texts(self, texts: Sequence[str], langs=None) -> np.ndarray:
+    """float32 [N, D], unit rows; '' embeds as [CLS][SEP], long texts are truncated. `langs`:
+    a language code for every text, or one per text; needed by per-language word vocabularies
+    (MULE), ignored by one vocabulary for all (manifest['text']['needs_language'])."""
+    return self._batched(self._texts, self.tokenize(texts, langs))
 
   def prepare_image(self, item) -> np.ndarray:
     """A path (or bytes of an image file) or a uint8 [H, W, 3] array -> the model's input,

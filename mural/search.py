@@ -19,6 +19,8 @@ def main(argv=None) -> int:
   parser.add_argument("--index", required=True, help="Index directory (python -m mural.index).")
   parser.add_argument("--query", help="Text query.")
   parser.add_argument("--image", help="Image file query.")
+  parser.add_argument("--lang", help="The text query's language code, for an export with a "
+                                     "vocabulary per language (MULE); others ignore it.")
   parser.add_argument("-k", type=int, default=10, help="Hits to print.")
   args = parser.parse_args(argv)
   if (args.query is None) == (args.image is None):
@@ -29,6 +31,7 @@ def main(argv=None) -> int:
     return 2
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   try:
+    from mural import embed  # pylint: disable=g-import-not-at-top
     from mural import export  # pylint: disable=g-import-not-at-top
     from mural import index as index_lib  # pylint: disable=g-import-not-at-top
     index = index_lib.Index(args.index)
@@ -36,7 +39,11 @@ def main(argv=None) -> int:
     if index.meta.get("dim") != model.embed_dim:
       raise ValueError(f"index {args.index} holds {index.meta.get('dim')}-d vectors, the export embeds "
                        f"to {model.embed_dim}")
-    query = model.embed_texts([args.query]) if args.query is not None else model.embed_images([args.image])
+    if args.query is not None:
+      embed.check_lang(model, args.lang)
+      query = model.embed_texts([args.query], args.lang)
+    else:
+      query = model.embed_images([args.image])
     scores, ids = index.search(query, args.k)
   except (FileNotFoundError, ValueError) as e:
     print(f"mural.search: error: {str(e).splitlines()[0]}", file=sys.stderr)

@@ -83,6 +83,13 @@ class System:
   retrieval_heads: Optional[Callable[[Any, Sequence[Task]], Mapping[str, str]]] = None
 
 
+def towers_embed(config, active) -> Mapping[str, str]:
+  """System.retrieval_heads of a model whose towers give the shared-space embeddings (no heads:
+  MULE, Kádár et al.)."""
+  del config, active
+  return {"image": "", "text": ""}
+
+
 def draw_by_weight(rng, tasks: Sequence[Task]):
   """A per-step task chooser (System.choose_task): task i with probability draw_weight_i / sum."""
   import jax  # pylint: disable=g-import-not-at-top

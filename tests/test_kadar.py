@@ -341,6 +341,25 @@ def test_trains_one_task_per_step(reference):
   assert set(params["image_tower"]) == {"fc_out"}  # The backbone is no parameter.
 
 
+def test_exports_and_embeds_as_the_evaluator_without_languages(reference):
+  """One union vocabulary: a text needs no language (MULE's per-language export:
+  tests/test_mule.py)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from mural import export  # pylint: disable=g-import-not-at-top
+  workdir, result = reference
+  config = tiny_kadar_config()
+  d = export.export(config, str(workdir))
+  model = export.load(d, batch_size=4)
+  assert model.manifest["text"] == dict(model.manifest["text"], tokenizer="words", needs_language=False)
+  assert set(model.manifest["inputs"]) == {"data.word_vocab_path", "model.image.backbone_workdir"}
+  texts = ["a red circle", "ein roter Kreis", "kreis"]
+  setup = result["setup"]
+  ids, mask = (a.numpy() for a in vocab.tokenizer(config, setup.tasks, str(workdir)).tokenize(tf.constant(texts)))
+  want = setup.embedder(config.eval_batch_size).texts(result["state"].variables(), ids, mask, "")
+  np.testing.assert_allclose(model.embed_texts(texts), want, atol=1e-5)
+  np.testing.assert_allclose(model.embed_texts(texts, "de"), want, atol=1e-5)  # Ignored.
+
+
 def test_resumes_bit_exactly(reference, tmp_path_factory, words_file):
   config = tiny_kadar_config()
   workdir = _workdir(tmp_path_factory, "kadar_resumed", words_file)

@@ -396,6 +396,56 @@ def test_evaluates_per_language(reference):
   assert (workdir / "eval" / "step_4.json").exists()
 
 
+def test_export_carries_its_words_and_frozen_backbone_and_embeds_as_the_evaluator(reference, tmp_path, capsys):
+  """An export needs neither the workdir nor what the config names outside it: the word
+  vocabularies and the frozen backbone travel with it (copied elsewhere here), and a text
+  embeds with its language's words."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from mural import export  # pylint: disable=g-import-not-at-top
+  from mural.data import eval_data  # pylint: disable=g-import-not-at-top
+  from mural.data import synthetic  # pylint: disable=g-import-not-at-top
+  workdir, result = reference
+  config = tiny_mule_config()
+  d = export.export(config, str(workdir))
+  manifest = json.loads(open(f"{d}/manifest.json").read())
+  frozen = "frozen_model_image_backbone_workdir"
+  assert manifest["inputs"] == {"data.word_vocab_path": "words.json", "model.image.backbone_workdir": frozen}
+  assert manifest["text"]["tokenizer"] == "words" and manifest["text"]["needs_language"]
+  assert manifest["heads"] == {"image": "", "text": ""} and "saved_model" not in manifest["files"]
+  moved = tmp_path / "moved"
+  shutil.copytree(d, moved)
+  model = export.load(str(moved), batch_size=3)  # Batches of 3: padded tails.
+  assert model.config.model.image.backbone_workdir == str(moved / frozen)
+
+  setup, variables = result["setup"], result["state"].variables()
+  embedder = setup.embedder(config.eval_batch_size)
+  texts, langs = ["a red circle above a blue square", "ein roter Kreis", "duara jekundu", ""], ["en", "de", "sw", "de"]
+  tok = vocab.tokenizer(config, setup.tasks, str(workdir))
+  ids, mask = (a.numpy() for a in tok.tokenize(tf.constant(texts), tf.constant([LANGS.index(l) for l in langs])))
+  np.testing.assert_allclose(model.embed_texts(texts, langs), embedder.texts(variables, ids, mask, ""), atol=1e-5)
+  german = model.embed_texts(texts, "de")  # One code for every text: other words, other rows.
+  assert not np.allclose(german[0], model.embed_texts(texts[:1], ["en"])[0], atol=1e-3)
+  scenes = synthetic.build_eval_data(config)
+  want = embedder.images(variables, eval_data.eval_images(scenes.images, config.data), "")
+  np.testing.assert_allclose(model.embed_images(list(scenes.images)), want, atol=1e-5)
+  for bad, message in [((texts,), r"per language: embed_texts\(texts, langs="),
+                       ((texts, "xx"), r"langs: \['xx'\]"), ((texts, ["en"]), r"langs: 1 ")]:
+    with pytest.raises(ValueError, match=message):
+      model.embed_texts(*bad)
+
+  # The corpus embedder's command line: --lang for such an export.
+  from mural import embed  # pylint: disable=g-import-not-at-top
+  (tmp_path / "texts.tsv").write_text("a\tein roter Kreis\nb\tein blauer Kreis\n")
+  args = [f"--export={moved}", f"--texts={tmp_path / 'texts.tsv'}", "--dtype=float32"]
+  with pytest.raises(SystemExit):
+    embed.main(args + [f"--output={tmp_path / 'none'}"])
+  assert "--lang: this export has a word vocabulary per language" in capsys.readouterr().err
+  assert embed.main(args + [f"--output={tmp_path / 'de'}", "--lang=de"]) == 0
+  vectors, ids = embed.load_embeddings(str(tmp_path / "de" / "texts"))
+  assert ids == ["a", "b"]
+  np.testing.assert_allclose(vectors, model.embed_texts(["ein roter Kreis", "ein blauer Kreis"], "de"), atol=1e-6)
+
+
 def test_system_is_in_the_table():
   assert systems.SYSTEMS["mule"] is mule.SYSTEM
 

@@ -167,6 +167,8 @@ class Tokenizer:
     self._tokenize_batch = tf.function(self._tokenize_batch_body, autograph=False,
                                        input_signature=[tf.TensorSpec([None], tf.string)])
 
+  needs_language = False  # One vocabulary for every language (word_vocab.WordTokenizer may not).
+
   @property
   def vocab_size(self) -> int:
     return len(self.vocab)

@@ -9,7 +9,7 @@ the others wait for it.
 
 import functools
 import hashlib
-from typing import Iterator, Optional, Sequence
+from typing import Iterator, Optional, Sequence, Tuple
 
 import jax
 from absl import logging
@@ -80,6 +80,16 @@ def wordpiece_path(config, workdir: str) -> Optional[str]:
   if _kind(config) == "words":
     return None
   return config.data.vocab_path or str(epath.Path(workdir) / "vocab.txt")
+
+
+def vocab_file(config, workdir: str) -> Tuple[str, str]:
+  """(the config field that names the run's vocabulary, its file): data.vocab_path and the
+  wordpiece vocabulary, or data.word_vocab_path and the word vocabularies (an export copies it
+  and points that field at the copy)."""
+  if _kind(config) == "words":
+    return "data.word_vocab_path", (config.data.get("word_vocab_path", "")
+                                    or str(epath.Path(workdir) / word_vocab.FILE_NAME))
+  return "data.vocab_path", wordpiece_path(config, workdir)
 
 
 def tokenizer(config, tasks: Sequence, workdir: str, learn_missing: bool = True) -> tokenizer_lib.Tokenizer:

@@ -38,12 +38,12 @@ from mural.models import resnet
 from mural.models import word_lstm
 from mural.models.dual_encoder import DualEncoder
 
+_BACKBONES = {"efficientnet": efficientnet.from_config}
 IMAGE_TOWERS = {
     "efficientnet": efficientnet.from_config,
     "resnet": resnet.from_config,  # ResNet-18/50 (Globetrotter): config.model.image.depth, width.
     # Frozen backbone (one of the above) + two trained FC layers (MULE, SMALR).
-    "features": functools.partial(feature_tower.from_config,
-                                  backbones={"efficientnet": efficientnet.from_config}),
+    "features": functools.partial(feature_tower.from_config, backbones=_BACKBONES),
 }
 
 TEXT_TOWERS = {
@@ -52,6 +52,30 @@ TEXT_TOWERS = {
     "hem_lstm": hem.from_config,  # Hybrid embedding (specific + latent words) -> LSTM (SMALR).
     "latent_vocab": hem.pretrain_from_config,  # SMALR's latent-vocabulary pre-training.
 }
+
+
+# Towers that read a trained run's variables when they are built (not parameters: a frozen
+# backbone): (config section, dtype, param_dtype) -> {field of the section that names the run:
+# the variables, {'params', 'batch_stats'}, a run there would hold for it}.
+FROZEN_INPUTS = {
+    "features": functools.partial(feature_tower.frozen_inputs, backbones=_BACKBONES),
+}
+# Fields that name files read only to initialise parameters (FastText vectors): a trained
+# model's parameters replace what they gave, so an export clears them.
+INITIALISERS = ("model.text.embeddings_path",)
+
+
+def frozen_inputs(config) -> dict:
+  """{'model.<image|text>.<field>': variables} of config's towers that read a trained run when
+  they are built (FROZEN_INPUTS): what an export writes beside its parameters."""
+  dtype, param_dtype = jnp.dtype(config.model.dtype), jnp.dtype(config.model.param_dtype)
+  out = {}
+  for kind in ("image", "text"):
+    section = config.model[kind]
+    if section.name in FROZEN_INPUTS:
+      for field, variables in FROZEN_INPUTS[section.name](section, dtype, param_dtype).items():
+        out[f"model.{kind}.{field}"] = variables
+  return out
 
 
 def _tower(table, section, field, dtype, param_dtype):

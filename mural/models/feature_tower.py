@@ -105,9 +105,9 @@ def backbone_variables(backbone: nn.Module, image_config) -> dict:
   init = lambda rng: nn.unbox(backbone.init(rng, jnp.zeros((1, 32, 32, 3)), train=False))
   shapes = jax.eval_shape(init, jax.random.PRNGKey(0))
   if image_config.backbone_workdir:
-    from mural import checkpointing  # pylint: disable=g-import-not-at-top
-    try:
-      saved = checkpointing.restore_params(image_config.backbone_workdir)
+    from mural import export  # pylint: disable=g-import-not-at-top
+    try:  # A workdir's checkpoint (its best step, else the newest that reads) or an export's.
+      saved, _ = export.read_variables(image_config.backbone_workdir)
     except FileNotFoundError as e:
       raise config_lib.ConfigError(f"config.model.image.backbone_workdir: {e}") from None
     variables = {k: saved.get(k, {}).get("image_tower", {}) for k in ("params", "batch_stats")}
@@ -120,6 +120,14 @@ def backbone_variables(backbone: nn.Module, image_config) -> dict:
   else:
     variables = jax.jit(init)(jax.random.PRNGKey(image_config.backbone_seed))
   return jax.tree.map(jnp.asarray, dict(variables))
+
+
+def frozen_inputs(image_config, dtype, param_dtype, backbones) -> dict:
+  """{'backbone_workdir': the variables a run there would hold for this tower's backbone} (see
+  models.frozen_inputs: what an export carries so that it needs no workdir)."""
+  backbone = backbones[image_config.backbone](image_config, dtype, param_dtype)
+  variables = jax.device_get(backbone_variables(backbone, image_config))
+  return {"backbone_workdir": {k: {"image_tower": v} for k, v in variables.items()}}
 
 
 def from_config(image_config, dtype, param_dtype, backbones=None) -> FeatureTower:

@@ -253,4 +253,5 @@ def evaluators(config, active: Sequence[system.Task], tokenizer):
 
 
 SYSTEM = system.System(name="kadar", get_config=get_config, tasks=tasks, build_model=build_model,
-                       evaluators=evaluators, choose_task=system.draw_by_weight)
+                       evaluators=evaluators, choose_task=system.draw_by_weight,
+                       retrieval_heads=system.towers_embed)

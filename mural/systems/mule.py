@@ -278,4 +278,4 @@ def evaluators(config, active: Sequence[system.Task], tokenizer):
 
 
 SYSTEM = system.System(name="mule", get_config=get_config, tasks=tasks, build_model=build_model,
-                       evaluators=evaluators)
+                       evaluators=evaluators, retrieval_heads=system.towers_embed)
