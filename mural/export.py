@@ -176,7 +176,8 @@ def export(config, workdir: str, export_dir: Optional[str] = None, step: Optiona
   inputs = {vocab_field: vocab_name}
   for field, frozen in models.frozen_inputs(config).items():
     inputs[field] = _write_frozen(tmp, field, frozen, step)
-  inputs.update({field: "" for field in models.INITIALISERS if _get(config, field)})
+  from mural import systems  # pylint: disable=g-import-not-at-top
+  inputs.update({field: "" for field in systems.get(config).initialisers if _get(config, field)})
   embed_dim = int(jax.eval_shape(embed_fns(model, heads)[1], abstract,
                                  jax.ShapeDtypeStruct((1, config.model.text.max_len), jnp.int32),
                                  jax.ShapeDtypeStruct((1, config.model.text.max_len), jnp.int32)).shape[-1])

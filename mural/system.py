@@ -81,6 +81,9 @@ class System:
   # evaluator embeds with ('' : the tower output); export and search embed with these.
   # None: the system cannot be exported (mural/export.py says so).
   retrieval_heads: Optional[Callable[[Any, Sequence[Task]], Mapping[str, str]]] = None
+  # Config fields naming files that build_model reads only to initialise parameters (FastText
+  # vectors): a trained model's parameters replace what they gave, so an export clears them.
+  initialisers: Tuple[str, ...] = ()
 
 
 def towers_embed(config, active) -> Mapping[str, str]:

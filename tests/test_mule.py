@@ -396,20 +396,26 @@ def test_evaluates_per_language(reference):
   assert (workdir / "eval" / "step_4.json").exists()
 
 
-def test_export_carries_its_words_and_frozen_backbone_and_embeds_as_the_evaluator(reference, tmp_path, capsys):
+def test_export_carries_its_words_and_frozen_backbone_and_embeds_as_the_evaluator(
+    reference, words_file, tmp_path, capsys):
   """An export needs neither the workdir nor what the config names outside it: the word
-  vocabularies and the frozen backbone travel with it (copied elsewhere here), and a text
-  embeds with its language's words."""
+  vocabularies and the frozen backbone travel with it (copied elsewhere here), FastText files
+  (initial values only) are not read again, and a text embeds with its language's words."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from mural import export  # pylint: disable=g-import-not-at-top
   from mural.data import eval_data  # pylint: disable=g-import-not-at-top
   from mural.data import synthetic  # pylint: disable=g-import-not-at-top
   workdir, result = reference
-  config = tiny_mule_config()
+  vectors = tmp_path / "en.vec"
+  vectors.write_text(f"{json.loads(open(words_file).read())['words']['en'][0]} {' '.join(['0.5'] * 8)}\n")
+  config = tiny_mule_config(**{"model.text.embeddings_path": str(tmp_path / "{lang}.vec"),
+                               "data.word_vocab_path": str(words_file)})
   d = export.export(config, str(workdir))
+  vectors.unlink()
   manifest = json.loads(open(f"{d}/manifest.json").read())
   frozen = "frozen_model_image_backbone_workdir"
-  assert manifest["inputs"] == {"data.word_vocab_path": "words.json", "model.image.backbone_workdir": frozen}
+  assert manifest["inputs"] == {"data.word_vocab_path": "words.json", "model.image.backbone_workdir": frozen,
+                                "model.text.embeddings_path": ""}
   assert manifest["text"]["tokenizer"] == "words" and manifest["text"]["needs_language"]
   assert manifest["heads"] == {"image": "", "text": ""} and "saved_model" not in manifest["files"]
   moved = tmp_path / "moved"

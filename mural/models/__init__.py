@@ -60,9 +60,6 @@ TEXT_TOWERS = {
 FROZEN_INPUTS = {
     "features": functools.partial(feature_tower.frozen_inputs, backbones=_BACKBONES),
 }
-# Fields that name files read only to initialise parameters (FastText vectors): a trained
-# model's parameters replace what they gave, so an export clears them.
-INITIALISERS = ("model.text.embeddings_path",)
 
 
 def frozen_inputs(config) -> dict:

@@ -278,4 +278,5 @@ def evaluators(config, active: Sequence[system.Task], tokenizer):
 
 
 SYSTEM = system.System(name="mule", get_config=get_config, tasks=tasks, build_model=build_model,
-                       evaluators=evaluators, retrieval_heads=system.towers_embed)
+                       evaluators=evaluators, retrieval_heads=system.towers_embed,
+                       initialisers=("model.text.embeddings_path",))
