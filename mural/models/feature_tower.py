@@ -9,10 +9,12 @@ features, 2048 -> 2048 -> 512).
 
 The frozen backbone is not a parameter of this model: its variables are
 constants of the tower (`backbone_variables`), read from the image tower of
-a trained mural run (config.model.image.backbone_workdir, its newest
-checkpoint) or initialised from config.model.image.backbone_seed. So they
-are never in the optimizer, never decayed, never checkpointed (they are
-re-read from the same place on resume), and describe counts only what trains.
+a trained mural run (config.model.image.backbone_workdir: a workdir, its best
+or newest checkpoint, or an export) or initialised from
+config.model.image.backbone_seed. So they are never in the optimizer, never
+decayed, never checkpointed (they are re-read from the same place on resume;
+an export carries a copy: `frozen_inputs`), and describe counts only what
+trains.
 Its output also passes a stop_gradient, so no gradient is ever computed
 through it.
 

@@ -52,7 +52,7 @@ def get_config() -> ml_collections.ConfigDict:
   # Image: a frozen mural tower's pooled features -> one linear layer.
   c.model.image.name = "features"
   c.model.image.backbone = "efficientnet"  # IMAGE_TOWERS key, built from this section's fields.
-  c.model.image.backbone_workdir = ""  # A trained mural run whose image tower gives the features; "": seeded.
+  c.model.image.backbone_workdir = ""  # A trained mural run (workdir or export) whose image tower gives the features; "": seeded.
   c.model.image.backbone_seed = 0
   c.model.image.hidden_dim = 0  # One linear layer (feature_tower: 0 = no hidden layer).
   c.model.image.output_dim = 1024

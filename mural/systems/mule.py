@@ -86,7 +86,7 @@ def get_config() -> ml_collections.ConfigDict:
   # Image: a frozen mural tower's pooled features -> FC -> BN -> ReLU -> FC.
   c.model.image.name = "features"
   c.model.image.backbone = "efficientnet"  # IMAGE_TOWERS key, built from this section's fields.
-  c.model.image.backbone_workdir = ""  # A trained mural run whose image tower is the backbone; "": seeded init.
+  c.model.image.backbone_workdir = ""  # A trained mural run (workdir or export) whose image tower is the backbone; "": seeded init.
   c.model.image.backbone_seed = 0
   c.model.image.hidden_dim = 2048
   c.model.image.output_dim = 512
