@@ -197,11 +197,13 @@ def _embed(model, kind: str, pending, lang: Optional[str]) -> np.ndarray:
 
 def check_lang(model, lang: Optional[str], flag: str = "--lang") -> None:
   """ValueError (one line) when an export whose texts need their language gets none, or a code
-  it does not know."""
-  if lang is None and model.tokenizer.needs_language:
+  it does not know (others ignore the language)."""
+  if not model.tokenizer.needs_language:
+    return
+  if lang is None:
     raise ValueError(f"{flag}: this export has a word vocabulary per language: give the texts' "
                      f"language, one of {model.languages}")
-  if lang is not None and lang not in model.languages:
+  if lang not in model.languages:
     raise ValueError(f"{flag}: {lang!r} is not a language of this export ({model.languages})")
 
 

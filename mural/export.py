@@ -5,17 +5,27 @@ mesh and any number of processes: checkpointing.read_params) into a
 directory that needs neither the workdir nor the config file:
 
   manifest.json   system, step, embedding size, languages, heads, preprocessing
-                  (image size, resize, mean/std, max text length), signatures
+                  (image size, resize, mean/std, max text length, tokenizer),
+                  signatures, inputs (below)
   config.json     the resolved config
-  vocab.txt       the wordpiece vocabulary
+  vocab.txt       the wordpiece vocabulary (words.json: per-language word
+                  vocabularies, MULE and Kádár et al.)
   params.msgpack  the model's variables, {'params', 'batch_stats'}
                   (flax.serialization msgpack: no pickle)
+  frozen_*/       variables the model reads when it is built, not parameters
+                  (a frozen image backbone), each in this same format
   saved_model/    a TensorFlow SavedModel (jax2tf) taking raw inputs:
                   embed_text(text: string[B]), embed_image(image_bytes: string[B]),
                   embed_image_pixels(pixels: float32[B, H, W, 3] in [0, 255]);
                   each returns {'embedding': float32[B, D]}, L2-normalised.
+                  Wordpiece systems only: its graph tokenizes wordpieces.
 
-`load(dir)` gives a `Model` with `embed_texts(list of str)` and
+manifest['inputs'] maps each config field that names something outside the
+workdir (the vocabulary, a frozen backbone's run) to its copy here, or to ''
+for a file that only initialised parameters (FastText): `load` points the
+fields there, so an export needs no other path.
+
+`load(dir)` gives a `Model` with `embed_texts(list of str, langs)` and
 `embed_images(paths or uint8 [H, W, 3] arrays)`: jitted, fixed-size batches
 (padded tail) split over the local devices, L2-normalised float32, the same
 numbers the evaluator computes.
@@ -146,6 +156,7 @@ def export(config, workdir: str, export_dir: Optional[str] = None, step: Optiona
   """
   from mural import checkpointing  # pylint: disable=g-import-not-at-top
   from mural import models  # pylint: disable=g-import-not-at-top
+  from mural import systems  # pylint: disable=g-import-not-at-top
   from mural.data import vocab  # pylint: disable=g-import-not-at-top
   model, heads, tasks = model_and_heads(config)
   step, variables = checkpointing.read_params(workdir, step)
@@ -156,8 +167,8 @@ def export(config, workdir: str, export_dir: Optional[str] = None, step: Optiona
   if not os.path.exists(vocab_path):
     raise FileNotFoundError(f"vocab {vocab_path} does not exist (config.{vocab_field} or the "
                             "workdir's)")
-  vocab_name = VOCAB if vocab_field == "data.vocab_path" else os.path.basename(vocab_path)
   words = vocab_field != "data.vocab_path"
+  vocab_name = os.path.basename(vocab_path) if words else VOCAB
   if saved_model and words:
     logging.info("No SavedModel: its graph tokenizes wordpieces, and %s has word vocabularies.",
                  config.system)
@@ -176,7 +187,6 @@ def export(config, workdir: str, export_dir: Optional[str] = None, step: Optiona
   inputs = {vocab_field: vocab_name}
   for field, frozen in models.frozen_inputs(config).items():
     inputs[field] = _write_frozen(tmp, field, frozen, step)
-  from mural import systems  # pylint: disable=g-import-not-at-top
   inputs.update({field: "" for field in systems.get(config).initialisers if _get(config, field)})
   embed_dim = int(jax.eval_shape(embed_fns(model, heads)[1], abstract,
                                  jax.ShapeDtypeStruct((1, config.model.text.max_len), jnp.int32),
@@ -340,7 +350,9 @@ class Model:
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     if isinstance(texts, (str, bytes)) or not all(isinstance(t, str) for t in texts):
       raise ValueError("embed_texts takes a list of str")
-    if langs is None and self.tokenizer.needs_language:
+    if not self.tokenizer.needs_language:
+      langs = None  # One vocabulary for every language.
+    elif langs is None:
       raise ValueError(f"this export's word vocabularies are per language: embed_texts(texts, "
                        f"langs=<one of {self.languages}, or one per text>)")
     if langs is not None:

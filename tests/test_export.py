@@ -89,6 +89,7 @@ def test_export_dir_and_load_match_the_evaluator(trained, tmp_path):
   assert texts.dtype == np.float32 and texts.shape == (len(TEXTS), TINY_FEATURES)
   np.testing.assert_allclose(np.linalg.norm(texts, axis=1), 1.0, atol=1e-6)
   np.testing.assert_allclose(texts, trained.texts, atol=1e-5)
+  np.testing.assert_array_equal(model.embed_texts(TEXTS, "es"), texts)  # One vocabulary: no language.
   raw = trained.scenes.images
   half = len(raw) // 2
   items = [str(p) for p in _png_files(raw[:half], tmp_path / "png")] + list(raw[half:])
