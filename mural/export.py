@@ -185,9 +185,11 @@ def export(config, workdir: str, export_dir: Optional[str] = None, step: Optiona
   # What the config names outside the workdir, in the export: the loader points each field at
   # its copy ('' clears a field that only initialised parameters).
   inputs = {vocab_field: vocab_name}
-  for field, frozen in models.frozen_inputs(config).items():
-    inputs[field] = _write_frozen(tmp, field, frozen, step)
-  inputs.update({field: "" for field in systems.get(config).initialisers if _get(config, field)})
+  system = systems.get(config)
+  frozen = dict(models.frozen_inputs(config), **(system.frozen_inputs(config) if system.frozen_inputs else {}))
+  for field, variables in frozen.items():
+    inputs[field] = _write_frozen(tmp, field, variables, step)
+  inputs.update({field: "" for field in system.initialisers if _get(config, field)})
   embed_dim = int(jax.eval_shape(embed_fns(model, heads)[1], abstract,
                                  jax.ShapeDtypeStruct((1, config.model.text.max_len), jnp.int32),
                                  jax.ShapeDtypeStruct((1, config.model.text.max_len), jnp.int32)).shape[-1])

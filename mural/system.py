@@ -84,6 +84,9 @@ class System:
   # Config fields naming files that build_model reads only to initialise parameters (FastText
   # vectors): a trained model's parameters replace what they gave, so an export clears them.
   initialisers: Tuple[str, ...] = ()
+  # config -> {config field: variables, {'params', 'batch_stats'}}: what build_model reads from
+  # another run beside the towers' own (models.FROZEN_INPUTS), for an export to carry.
+  frozen_inputs: Optional[Callable[[Any], Mapping[str, Any]]] = None
 
 
 def towers_embed(config, active) -> Mapping[str, str]:

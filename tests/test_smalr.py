@@ -466,6 +466,52 @@ def test_trains_end_to_end(reference, pretrained, words_file):
     assert not np.array_equal(before, after), f"{jax.tree_util.keystr(path)} did not train"  # ...and fine-tunes.
 
 
+def test_export_carries_phase_1_and_embeds_as_the_evaluator(reference, pretrained, words_file, tmp_path):
+  """The export holds phase 1's text tower (the frozen assignment's source) beside the words and
+  the frozen backbone, so it loads the same model from a copy anywhere."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from mural import export  # pylint: disable=g-import-not-at-top
+  from mural.data import vocab  # pylint: disable=g-import-not-at-top
+  workdir, result = reference
+  config = _main_config(pretrained, words_file)
+  d = export.export(config, str(workdir))
+  assert set(json.loads(open(f"{d}/manifest.json").read())["inputs"]) == {
+      "data.word_vocab_path", "model.image.backbone_workdir", "model.text.latent_workdir"}
+  moved = tmp_path / "moved"
+  shutil.copytree(d, moved)
+  model = export.load(str(moved), batch_size=4)
+  assert model.config.model.text.latent_workdir == str(moved / "frozen_model_text_latent_workdir")
+  np.testing.assert_array_equal(smalr.hybrid_tables(model.config)[0], smalr.hybrid_tables(config)[0])
+  texts, langs = ["a red circle", "ein roter Kreis", "duara jekundu"], ["en", "de", "sw"]
+  setup = result["setup"]
+  ids, mask = (a.numpy() for a in vocab.tokenizer(config, setup.tasks, str(workdir)).tokenize(
+      tf.constant(texts), tf.constant([LANGS.index(l) for l in langs])))
+  want = setup.embedder(config.eval_batch_size).texts(result["state"].variables(), ids, mask, "")
+  np.testing.assert_allclose(model.embed_texts(texts, langs), want, atol=1e-5)
+
+
+def test_frozen_phase_1_with_fasttext_rows_gives_the_same_assignment_without_them(pretrained, words_file, tmp_path):
+  """With FastText, phase 2's assignment reads the .vec rows: the export's copy of phase 1 holds
+  them as its word table, so the assignment comes out the same with model.text.embeddings_path
+  cleared (System.initialisers)."""
+  from mural import export  # pylint: disable=g-import-not-at-top
+  words = json.loads(open(words_file).read())["words"]
+  rng = np.random.default_rng(0)
+  for lang in LANGS:  # 8-d vectors (tiny word_dim) for half of each language's words.
+    (tmp_path / f"{lang}.vec").write_text("".join(
+        f"{w} {' '.join(f'{x:.3f}' for x in rng.normal(size=8))}\n" for w in words[lang][::2]))
+  config = _main_config(pretrained, words_file)
+  config.model.text.embeddings_path = str(tmp_path / "{lang}.vec")
+  assert config.model.text.word_dim == 8
+  with_vectors = smalr.hybrid_tables(config)[0]
+  assert not np.array_equal(with_vectors, smalr.hybrid_tables(_main_config(pretrained, words_file))[0])
+  frozen = smalr.frozen_inputs(config)["model.text.latent_workdir"]
+  export._write_frozen(tmp_path, "model.text.latent_workdir", frozen, 2)  # pylint: disable=protected-access
+  config.model.text.latent_workdir = str(tmp_path / "frozen_model_text_latent_workdir")
+  config.model.text.embeddings_path = ""
+  np.testing.assert_array_equal(smalr.hybrid_tables(config)[0], with_vectors)
+
+
 def test_resumes_bit_exactly(reference, pretrained, words_file, tmp_path_factory):
   config = _main_config(pretrained, words_file)
   workdir = tmp_path_factory.mktemp("smalr_resumed")

@@ -376,9 +376,9 @@ def hybrid_tables(config):
   if not t.latent_tokens:
     return np.full(num_langs * n, -1, np.int32), 0, None, specific
   if t.latent_workdir:
-    from mural import checkpointing  # pylint: disable=g-import-not-at-top
-    try:
-      saved = checkpointing.restore_params(t.latent_workdir)["params"]["text_tower"]
+    from mural import export  # pylint: disable=g-import-not-at-top
+    try:  # A workdir's checkpoint (its best step, else the newest that reads) or an export's copy.
+      saved = export.read_variables(t.latent_workdir)[0]["params"]["text_tower"]
     except (FileNotFoundError, KeyError) as e:
       raise config_lib.ConfigError(f"config.model.text.latent_workdir: no latent-vocabulary pre-training "
                                    f"checkpoint in {t.latent_workdir} ({e})") from None
@@ -396,6 +396,21 @@ def hybrid_tables(config):
     assignment = np.where(rows, tokens, -1).astype(np.int32)
     used = np.arange(t.latent_tokens)
   return assignment, len(used), (latent[used] if latent is not None else None), specific
+
+
+def frozen_inputs(config):
+  """{'model.text.latent_workdir': phase 1's text tower} (System.frozen_inputs), with the
+  FastText rows it read as its word table when there were any, so that the frozen assignment
+  comes out the same without the .vec files (hybrid_tables; model.text.embeddings_path then only
+  initialised the specific vectors). Without phase 1 the assignment is a hash of config.seed."""
+  from mural import export  # pylint: disable=g-import-not-at-top
+  t = config.model.text
+  if t.name != "hem_lstm" or not t.latent_workdir:
+    return {}
+  saved = dict(export.read_variables(t.latent_workdir)[0]["params"]["text_tower"])
+  if t.embeddings_path:
+    saved["token_embed"] = _fasttext(config)
+  return {"model.text.latent_workdir": {"params": {"text_tower": saved}, "batch_stats": {}}}
 
 
 def build_model(config, active: Sequence[system.Task]):
@@ -449,4 +464,5 @@ def evaluators(config, active: Sequence[system.Task], tokenizer):
 
 
 SYSTEM = system.System(name="smalr", get_config=get_config, tasks=tasks, build_model=build_model,
-                       evaluators=evaluators)
+                       evaluators=evaluators, retrieval_heads=system.towers_embed,
+                       initialisers=("model.text.embeddings_path",), frozen_inputs=frozen_inputs)
