@@ -458,6 +458,23 @@ def reference(tmp_path_factory, tiny_vocab):
   return workdir, train.train_and_evaluate(tiny_globetrotter_config(tiny_vocab), str(workdir), evaluators=[])
 
 
+def test_exports_with_its_heads_and_embeds_as_the_evaluator(reference, tiny_vocab):
+  """Globetrotter's export embeds through its image and text heads (System.retrieval_heads)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from mural import export  # pylint: disable=g-import-not-at-top
+  from mural.data import tokenizer  # pylint: disable=g-import-not-at-top
+  workdir, result = reference
+  config = tiny_globetrotter_config(tiny_vocab)
+  model = export.load(export.export(config, str(workdir), saved_model=False), batch_size=4)
+  assert model.manifest["heads"] == {"image": "image", "text": "text"}
+  texts = ["a red circle", "ein roter Kreis", "duara jekundu"]
+  ids, mask = (a.numpy() for a in tokenizer.Tokenizer(tiny_vocab, config.model.text.max_len).tokenize(
+      tf.constant(texts)))
+  setup = result["setup"]
+  want = setup.embedder(config.eval_batch_size).texts(result["state"].variables(), ids, mask, "text")
+  np.testing.assert_allclose(model.embed_texts(texts), want, atol=1e-5)
+
+
 def test_trains_end_to_end(reference, tiny_vocab):
   workdir, result = reference
   lines = [json.loads(l) for l in (workdir / "metrics.jsonl").read_text().splitlines()]
