@@ -18,7 +18,8 @@ directory that needs neither the workdir nor the config file:
                   embed_text(text: string[B]), embed_image(image_bytes: string[B]),
                   embed_image_pixels(pixels: float32[B, H, W, 3] in [0, 255]);
                   each returns {'embedding': float32[B, D]}, L2-normalised.
-                  Wordpiece systems only: its graph tokenizes wordpieces.
+                  With per-language word vocabularies (MULE, SMALR)
+                  embed_text(text: string[B], lang: string[B]).
 
 manifest['inputs'] maps each config field that names something outside the
 workdir (the vocabulary, a frozen backbone's run) to its copy here, or to ''
@@ -51,7 +52,7 @@ MANIFEST, CONFIG, VOCAB, PARAMS, SAVED_MODEL = (
     "manifest.json", "config.json", "vocab.txt", "params.msgpack", "saved_model")
 FORMAT = 1  # manifest['format']: bumped when the layout changes.
 SIGNATURES = {
-    "embed_text": "text: tf.string [B] -> embedding float32 [B, D] (wordpiece tokenizer in the graph)",
+    "embed_text": "text: tf.string [B] -> embedding float32 [B, D] (the tokenizer in the graph)",
     "embed_image": "image_bytes: tf.string [B] (JPEG/PNG/GIF/BMP files) -> embedding float32 [B, D]",
     "embed_image_pixels": "pixels: float32 [B, H, W, 3] RGB in [0, 255] -> embedding float32 [B, D]",
 }
@@ -169,10 +170,6 @@ def export(config, workdir: str, export_dir: Optional[str] = None, step: Optiona
                             "workdir's)")
   words = vocab_field != "data.vocab_path"
   vocab_name = os.path.basename(vocab_path) if words else VOCAB
-  if saved_model and words:
-    logging.info("No SavedModel: its graph tokenizes wordpieces, and %s has word vocabularies.",
-                 config.system)
-    saved_model = False
 
   final = epath.Path(export_dir or default_dir(workdir, step))
   tmp = epath.Path(f"{final}.tmp-{os.getpid()}")
@@ -187,8 +184,8 @@ def export(config, workdir: str, export_dir: Optional[str] = None, step: Optiona
   inputs = {vocab_field: vocab_name}
   system = systems.get(config)
   frozen = dict(models.frozen_inputs(config), **(system.frozen_inputs(config) if system.frozen_inputs else {}))
-  for field, variables in frozen.items():
-    inputs[field] = _write_frozen(tmp, field, variables, step)
+  for field, tree in frozen.items():
+    inputs[field] = _write_frozen(tmp, field, tree, step)
   inputs.update({field: "" for field in system.initialisers if _get(config, field)})
   embed_dim = int(jax.eval_shape(embed_fns(model, heads)[1], abstract,
                                  jax.ShapeDtypeStruct((1, config.model.text.max_len), jnp.int32),
@@ -207,10 +204,14 @@ def export(config, workdir: str, export_dir: Optional[str] = None, step: Optiona
       "inputs": inputs,
   }
   if saved_model:
-    write_saved_model(model, variables, heads, config, str(tmp / VOCAB), str(tmp / SAVED_MODEL),
-                      platforms)
+    tokenizer = vocab.tokenizer(config, tasks, workdir, learn_missing=False)
+    write_saved_model(model, variables, heads, config, tokenizer, str(tmp / SAVED_MODEL), platforms)
     manifest["files"]["saved_model"] = SAVED_MODEL
-    manifest["signatures"] = SIGNATURES
+    manifest["signatures"] = dict(SIGNATURES)
+    if tokenizer.needs_language:
+      manifest["signatures"]["embed_text"] = (
+          "text: tf.string [B], lang: tf.string [B] (codes of manifest['languages']) -> embedding "
+          "float32 [B, D] (the tokenizer in the graph)")
     manifest["platforms"] = list(platforms)
   (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
   if final.exists():
@@ -248,13 +249,12 @@ def _write_frozen(root, field: str, variables, step: int) -> str:
   return name
 
 
-def write_saved_model(model, variables, heads, config, vocab_path: str, path: str,
+def write_saved_model(model, variables, heads, config, tokenizer, path: str,
                       platforms: Sequence[str]) -> None:
   """The TensorFlow SavedModel (see the module docstring): jax2tf, the batch size polymorphic."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from jax.experimental import jax2tf  # pylint: disable=g-import-not-at-top
   from mural.data import preprocess  # pylint: disable=g-import-not-at-top
-  from mural.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   size, resize, max_len = config.data.image_size, config.data.eval_resize, config.model.text.max_len
   leaves, treedef = jax.tree.flatten(variables)
   images_fn, texts_fn = embed_fns(model, heads)
@@ -266,17 +266,32 @@ def write_saved_model(model, variables, heads, config, vocab_path: str, path: st
 
   module = tf.Module()
   module.weights = [tf.Variable(np.asarray(x), trainable=False) for x in leaves]
-  tokenizer = tokenizer_lib.Tokenizer(vocab_path, max_len)
-  module.tokenizer_parts = [tokenizer._table, tokenizer._bert]  # pylint: disable=protected-access
+  module.tokenizer_parts = tokenizer.trackables
   prepared = tf.TensorSpec([size, size, 3], tf.float32)
 
   def embed_images(images):
     return {"embedding": tf_images(list(module.weights), images)}
 
-  @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")], autograph=False)
-  def embed_text(text):
-    ids, mask = tokenizer.tokenize(text)
+  def embed_tokens(text, langs=None):
+    ids, mask = tokenizer.tokenize(text, langs)
     return {"embedding": tf_texts(list(module.weights), ids, mask)}
+
+  text_spec = tf.TensorSpec([None], tf.string, name="text")
+  if tokenizer.needs_language:  # Per-language words: each text's language code beside it.
+    languages = list(config.data.languages)
+    module.language_table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
+        tf.constant(languages), tf.range(len(languages), dtype=tf.int64)), default_value=-1)
+
+    @tf.function(input_signature=[text_spec, tf.TensorSpec([None], tf.string, name="lang")], autograph=False)
+    def embed_text(text, lang):
+      index = module.language_table.lookup(lang)
+      check = tf.debugging.assert_non_negative(index, message=f"lang: a code not in {languages}")
+      with tf.control_dependencies([check]):
+        return embed_tokens(text, tf.identity(index))
+  else:
+    @tf.function(input_signature=[text_spec], autograph=False)
+    def embed_text(text):
+      return embed_tokens(text)
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="image_bytes")], autograph=False)
   def embed_image(image_bytes):
@@ -291,8 +306,16 @@ def write_saved_model(model, variables, heads, config, vocab_path: str, path: st
 
   module.embed_text, module.embed_image, module.embed_image_pixels = (
       embed_text, embed_image, embed_image_pixels)
-  tf.saved_model.save(module, path, signatures={
-      "embed_text": embed_text, "embed_image": embed_image, "embed_image_pixels": embed_image_pixels})
+  # Lowered as it is saved. ragged_dot (the per-language FCs of MULE and SMALR) as plain dots for
+  # every platform: its GPU instruction reaches TensorFlow as a StableHLO composite that
+  # TensorFlow 2.21 cannot read back.
+  before = jax.config.jax_ragged_dot_use_ragged_dot_instruction
+  jax.config.update("jax_ragged_dot_use_ragged_dot_instruction", False)
+  try:
+    tf.saved_model.save(module, path, signatures={
+        "embed_text": embed_text, "embed_image": embed_image, "embed_image_pixels": embed_image_pixels})
+  finally:
+    jax.config.update("jax_ragged_dot_use_ragged_dot_instruction", before)
 
 
 # ---------------------------------------------------------------------------

@@ -358,6 +358,9 @@ def test_exports_and_embeds_as_the_evaluator_without_languages(reference):
   want = setup.embedder(config.eval_batch_size).texts(result["state"].variables(), ids, mask, "")
   np.testing.assert_allclose(model.embed_texts(texts), want, atol=1e-5)
   np.testing.assert_allclose(model.embed_texts(texts, "de"), want, atol=1e-5)  # Ignored.
+  saved = tf.saved_model.load(f"{d}/saved_model")  # Its signature takes the texts alone.
+  np.testing.assert_allclose(saved.signatures["embed_text"](text=tf.constant(texts))["embedding"].numpy(),
+                             want, atol=1e-5)
 
 
 def test_resumes_bit_exactly(reference, tmp_path_factory, words_file):

@@ -417,7 +417,8 @@ def test_export_carries_its_words_and_frozen_backbone_and_embeds_as_the_evaluato
   assert manifest["inputs"] == {"data.word_vocab_path": "words.json", "model.image.backbone_workdir": frozen,
                                 "model.text.embeddings_path": ""}
   assert manifest["text"]["tokenizer"] == "words" and manifest["text"]["needs_language"]
-  assert manifest["heads"] == {"image": "", "text": ""} and "saved_model" not in manifest["files"]
+  assert manifest["heads"] == {"image": "", "text": ""} and manifest["files"]["saved_model"] == "saved_model"
+  assert "lang: tf.string [B]" in manifest["signatures"]["embed_text"]
   moved = tmp_path / "moved"
   shutil.copytree(d, moved)
   model = export.load(str(moved), batch_size=3)  # Batches of 3: padded tails.
@@ -438,6 +439,16 @@ def test_export_carries_its_words_and_frozen_backbone_and_embeds_as_the_evaluato
                        ((texts, "xx"), r"langs: \['xx'\]"), ((texts, ["en"]), r"langs: 1 ")]:
     with pytest.raises(ValueError, match=message):
       model.embed_texts(*bad)
+
+  # The SavedModel: words looked up in the graph, each text with its language code.
+  saved = tf.saved_model.load(str(moved / "saved_model"))
+  got = saved.signatures["embed_text"](text=tf.constant(texts), lang=tf.constant(langs))["embedding"]
+  np.testing.assert_allclose(got.numpy(), model.embed_texts(texts, langs), atol=1e-5)
+  pixels = tf.constant(np.stack(scenes.images[:3]).astype(np.float32))
+  np.testing.assert_allclose(saved.signatures["embed_image_pixels"](pixels=pixels)["embedding"].numpy(),
+                             want[:3], atol=1e-5)
+  with pytest.raises(tf.errors.InvalidArgumentError, match="lang: a code not in"):
+    saved.signatures["embed_text"](text=tf.constant(texts[:1]), lang=tf.constant(["xx"]))
 
   # The corpus embedder's command line: --lang for such an export.
   from mural import embed  # pylint: disable=g-import-not-at-top

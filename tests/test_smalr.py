@@ -488,6 +488,9 @@ def test_export_carries_phase_1_and_embeds_as_the_evaluator(reference, pretraine
       tf.constant(texts), tf.constant([LANGS.index(l) for l in langs])))
   want = setup.embedder(config.eval_batch_size).texts(result["state"].variables(), ids, mask, "")
   np.testing.assert_allclose(model.embed_texts(texts, langs), want, atol=1e-5)
+  saved = tf.saved_model.load(str(moved / "saved_model"))  # The hybrid lookup in the graph too.
+  got = saved.signatures["embed_text"](text=tf.constant(texts), lang=tf.constant(langs))["embedding"]
+  np.testing.assert_allclose(got.numpy(), want, atol=1e-5)
 
 
 def test_frozen_phase_1_with_fasttext_rows_gives_the_same_assignment_without_them(pretrained, words_file, tmp_path):

@@ -170,6 +170,11 @@ class Tokenizer:
   needs_language = False  # One vocabulary for every language (word_vocab.WordTokenizer may not).
 
   @property
+  def trackables(self) -> list:
+    """The TensorFlow objects a SavedModel that tokenizes with this must track."""
+    return [self._table, self._bert]
+
+  @property
   def vocab_size(self) -> int:
     return len(self.vocab)
 

@@ -139,6 +139,11 @@ class WordTokenizer:
     self._table = tf.lookup.StaticHashTable(init, default_value=-1)
 
   @property
+  def trackables(self) -> list:
+    """The TensorFlow objects a SavedModel that tokenizes with this must track."""
+    return [self._table]
+
+  @property
   def needs_language(self) -> bool:
     """Whether tokenize needs each text's language (per-language blocks; a union needs none)."""
     return not self.union
