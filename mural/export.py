@@ -8,12 +8,13 @@ directory that needs neither the workdir nor the config file:
                   (image size, resize, mean/std, max text length, tokenizer),
                   signatures, inputs (below)
   config.json     the resolved config
-  vocab.txt       the wordpiece vocabulary (words.json: per-language word
-                  vocabularies, MULE and Kádár et al.)
+  vocab.txt       the wordpiece vocabulary (words.json: the word vocabularies
+                  of MULE, SMALR and Kádár et al.)
   params.msgpack  the model's variables, {'params', 'batch_stats'}
                   (flax.serialization msgpack: no pickle)
   frozen_*/       variables the model reads when it is built, not parameters
-                  (a frozen image backbone), each in this same format
+                  (a frozen image backbone, SMALR's phase-1 text tower), each
+                  in this same format
   saved_model/    a TensorFlow SavedModel (jax2tf) taking raw inputs:
                   embed_text(text: string[B]), embed_image(image_bytes: string[B]),
                   embed_image_pixels(pixels: float32[B, H, W, 3] in [0, 255]);
@@ -22,7 +23,7 @@ directory that needs neither the workdir nor the config file:
                   embed_text(text: string[B], lang: string[B]).
 
 manifest['inputs'] maps each config field that names something outside the
-workdir (the vocabulary, a frozen backbone's run) to its copy here, or to ''
+workdir (the vocabulary, the runs of frozen_*/) to its copy here, or to ''
 for a file that only initialised parameters (FastText): `load` points the
 fields there, so an export needs no other path.
 
