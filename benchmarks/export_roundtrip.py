@@ -1,6 +1,7 @@
 """A trained workdir through the user's path: export -> embed the held-out scenes -> index -> search.
 
   .venv/bin/python benchmarks/export_roundtrip.py --config=configs/demo.py --workdir=/tmp/mural_demo
+  .venv/bin/python benchmarks/export_roundtrip.py --config=configs/mule_demo.py --workdir=DIR
 
 Exports the newest checkpoint (python -m mural.main --mode=export, as a
 user would), writes the built-in held-out scenes as PNG files and their
@@ -8,6 +9,9 @@ captions as a TSV, embeds both with python -m mural.embed, builds a flat and
 an HNSW index with python -m mural.index, and computes image<->text R@1/5/10
 per language from index searches alone. Prints them beside the evaluator's
 numbers for that step (workdir/eval/step_<N>.json) and the time of each stage.
+An export whose texts need their language (MULE, SMALR: a word vocabulary per
+language) embeds each language's captions with --lang into its own directory
+and index (image->text ranks are within a language either way).
 """
 
 import argparse
@@ -31,11 +35,12 @@ def _run(*args) -> float:
   return time.perf_counter() - start
 
 
-def recalls(text_index, image_index, text_ids, texts, image_ids, images, langs):
-  """{'<lang>/<i2t|t2i>_R@k'} from searches: captions 'lang/<scene>', images '.../scene_<n>.png'."""
+def recalls(text_sets, image_index, image_ids, images):
+  """{'<lang>/<i2t|t2i>_R@k'} from searches: captions 'lang/<scene>', images '.../scene_<n>.png';
+  text_sets[lang] = (the index that holds lang's captions, its ids, its vectors)."""
   scene_of_image = [int(pathlib.Path(i).stem.split("_")[1]) for i in image_ids]
   out = {}
-  for lang in langs:
+  for lang, (text_index, text_ids, texts) in text_sets.items():
     rows = [r for r, i in enumerate(text_ids) if i.startswith(lang + "/")]
     scene = {text_ids[r]: int(text_ids[r].split("/")[1]) for r in rows}
     _, hits = image_index.search(texts[rows], len(image_ids))
@@ -69,23 +74,36 @@ def main(argv=None):
   for n, im in enumerate(scenes.images):
     (out / "images" / f"scene_{n:04d}.png").write_bytes(tf.io.encode_png(im).numpy())
   langs = [l for l in scenes.languages if l in config.data.languages]
-  (out / "texts.tsv").write_text("".join(f"{l}/{k}\t{c}\n" for l in langs
-                                         for k, c in enumerate(scenes.languages[l].captions)))
-  times["embed"] = _run("mural.embed", f"--export={out / 'export'}", f"--images={out / 'images' / '*.png'}",
-                        f"--texts={out / 'texts.tsv'}", f"--output={out / 'emb'}", "--dtype=float32")
+  tsv = lambda ls: "".join(f"{l}/{k}\t{c}\n" for l in ls for k, c in enumerate(scenes.languages[l].captions))
+  embed_args = [f"--export={out / 'export'}", "--dtype=float32"]
+  times["embed images"] = _run("mural.embed", *embed_args, f"--images={out / 'images' / '*.png'}",
+                               f"--output={out / 'emb'}")
+  # One text directory for every language, or one per language with its --lang.
+  groups = {l: [l] for l in langs} if manifest["text"].get("needs_language") else {"all": langs}
+  for name, group in groups.items():
+    (out / f"texts_{name}.tsv").write_text(tsv(group))
+    lang_arg = [f"--lang={name}"] if name != "all" else []
+    times[f"embed texts {name}"] = _run("mural.embed", *embed_args, *lang_arg,
+                                        f"--texts={out / f'texts_{name}.tsv'}", f"--output={out / f'emb_{name}'}")
   found = {}
   for kind in ("flat", "hnsw"):
-    for what in ("images", "texts"):
-      times[f"index {kind} {what}"] = _run("mural.index", f"--embeddings={out / 'emb'}", f"--kind={what}",
-                                           f"--index={out / f'{what}_{kind}'}", f"--type={kind}")
-    texts, text_ids = embed.load_embeddings(str(out / "emb" / "texts"))
+    dirs = {"images": out / "emb", **{f"texts_{n}": out / f"emb_{n}" for n in groups}}
+    for what, directory in dirs.items():
+      times[f"index {kind} {what}"] = _run("mural.index", f"--embeddings={directory}",
+                                           f"--kind={what.split('_')[0]}", f"--index={out / f'{what}_{kind}'}",
+                                           f"--type={kind}")
     images, image_ids = embed.load_embeddings(str(out / "emb" / "images"))
+    text_sets = {}
+    for name, group in groups.items():
+      vectors, ids = embed.load_embeddings(str(out / f"emb_{name}" / "texts"))
+      for l in group:
+        text_sets[l] = (index.Index(str(out / f"texts_{name}_{kind}")), ids, vectors)
     start = time.perf_counter()
-    found[kind] = recalls(index.Index(str(out / f"texts_{kind}")), index.Index(str(out / f"images_{kind}")),
-                          text_ids, texts, image_ids, images, langs)
+    found[kind] = recalls(text_sets, index.Index(str(out / f"images_{kind}")), image_ids, images)
     times[f"search {kind}"] = time.perf_counter() - start
   want = json.loads((pathlib.Path(args.workdir) / "eval" / f"step_{manifest['step']}.json").read_text())
-  print(f"step {manifest['step']}, {len(scenes.images)} held-out scenes, {len(texts)} captions, "
+  print(f"step {manifest['step']}, {len(scenes.images)} held-out scenes, "
+        f"{sum(len(scenes.languages[l].captions) for l in langs)} captions, "
         f"embedding size {manifest['embed_dim']}")
   print(f"{'metric':<14}{'evaluator':>10}{'flat':>8}{'hnsw':>8}")
   worst = {"flat": 0.0, "hnsw": 0.0}
