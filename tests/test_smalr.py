@@ -493,6 +493,12 @@ def test_export_carries_phase_1_and_embeds_as_the_evaluator(reference, pretraine
   np.testing.assert_allclose(got.numpy(), want, atol=1e-5)
 
 
+def test_phase_1_does_not_export(pretrained):
+  from mural import export  # pylint: disable=g-import-not-at-top
+  with pytest.raises(config_lib.ConfigError, match=r"^config\.model\.text\.name: 'latent_vocab' is SMALR's phase 1"):
+    export.export(tiny_smalr_config("pretrain", total_steps=2), str(pretrained[0]))
+
+
 def test_frozen_phase_1_with_fasttext_rows_gives_the_same_assignment_without_them(pretrained, words_file, tmp_path):
   """With FastText, phase 2's assignment reads the .vec rows: the export's copy of phase 1 holds
   them as its word table, so the assignment comes out the same with model.text.embeddings_path
