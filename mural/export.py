@@ -157,6 +157,7 @@ def export(config, workdir: str, export_dir: Optional[str] = None, step: Optiona
   serialization; 'tpu' can be added).
   """
   from mural import checkpointing  # pylint: disable=g-import-not-at-top
+  from mural import config_lib  # pylint: disable=g-import-not-at-top
   from mural import models  # pylint: disable=g-import-not-at-top
   from mural import systems  # pylint: disable=g-import-not-at-top
   from mural.data import vocab  # pylint: disable=g-import-not-at-top
@@ -164,6 +165,11 @@ def export(config, workdir: str, export_dir: Optional[str] = None, step: Optiona
   step, variables = checkpointing.read_params(workdir, step)
   variables = {"params": variables["params"], "batch_stats": variables.get("batch_stats", {})}
   abstract = abstract_variables(model, tasks, config)
+  if "image_tower" not in abstract["params"]:  # Text-only pre-training: nothing embeds an image.
+    raise config_lib.ConfigError(
+        f"config.tasks: the active tasks of this {config.system} config "
+        f"({', '.join(t.name for t in tasks)}) train no image tower, and an export embeds images "
+        "and texts: export a run that trains both (the one that starts from this pre-training)")
   check_fits(variables, abstract, f"checkpoint {step} in {workdir}")
   vocab_field, vocab_path = vocab.vocab_file(config, workdir)
   if not os.path.exists(vocab_path):

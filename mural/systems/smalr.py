@@ -413,15 +413,6 @@ def frozen_inputs(config):
   return {"model.text.latent_workdir": {"params": {"text_tower": saved}, "batch_stats": {}}}
 
 
-def retrieval_heads(config, active: Sequence[system.Task]):
-  """The towers embed (system.towers_embed); phase 1 trains no image side, so it has none."""
-  if config.model.text.name == "latent_vocab":
-    raise config_lib.ConfigError(
-        "config.model.text.name: 'latent_vocab' is SMALR's phase 1, a latent vocabulary with no "
-        "image side to retrieve with: export the phase-2 run that reads it (model.text.latent_workdir)")
-  return system.towers_embed(config, active)
-
-
 def build_model(config, active: Sequence[system.Task]):
   """The towers from config.model, the classifier and MCLM predictors the active tasks read."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
@@ -473,5 +464,5 @@ def evaluators(config, active: Sequence[system.Task], tokenizer):
 
 
 SYSTEM = system.System(name="smalr", get_config=get_config, tasks=tasks, build_model=build_model,
-                       evaluators=evaluators, retrieval_heads=retrieval_heads,
+                       evaluators=evaluators, retrieval_heads=system.towers_embed,
                        initialisers=("model.text.embeddings_path",), frozen_inputs=frozen_inputs)
