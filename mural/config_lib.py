@@ -402,6 +402,25 @@ def _validate_sharding_rules(rules) -> None:
       _require(a in MESH_AXES, field, f"mesh axis {a!r} not in {MESH_AXES}")
 
 
+def get_field(config, field: str, default=None):
+  """config's value at a dotted field name ('model.text.max_len'); `default` where it has none."""
+  node = config
+  for key in field.split("."):
+    if not hasattr(node, "get") or key not in node:
+      return default
+    node = node[key]
+  return node
+
+
+def set_field(config, field: str, value) -> None:
+  """Sets a dotted field name ('model.text.max_len') of config, as an override would."""
+  *parents, leaf = field.split(".")
+  node = config
+  for key in parents:
+    node = node[key]
+  node[leaf] = value
+
+
 def from_file(path) -> ml_collections.ConfigDict:
   """`get_config()` of a config file (configs/*.py), for tests and notebooks; 'file.py:arg' passes
   arg to get_config, as --config does."""

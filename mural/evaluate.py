@@ -135,13 +135,18 @@ def format_table(results: Mapping[str, float]) -> str:
   return "\n".join(lines)
 
 
+def training_directory(workdir: str) -> str:
+  """WORKDIR/eval: training's evaluations, and --mode=eval's of the config the workdir records."""
+  return os.path.join(workdir, "eval")
+
+
 def directory_for(config, workdir: str, changed: Optional[Sequence[str]]) -> str:
   """Where --mode=eval writes: WORKDIR/eval, beside training's evaluations, for the config the
   workdir records (`changed`, the fields in which `config` differs from it, empty or None: no
   record); for another (other eval data, say), a directory of its own named after the fields
   that differ, which holds that config's record and a TensorBoard run, so that training's
   eval/step_<N>.json and curves stay its own."""
-  default = os.path.join(workdir, "eval")
+  default = training_directory(workdir)
   if not changed:
     return default
   values = config_lib.flat(config)

@@ -49,6 +49,8 @@ from absl import logging
 from etils import epath
 from flax import serialization
 
+from mural import config_lib
+
 MANIFEST, CONFIG, VOCAB, PARAMS, SAVED_MODEL = (
     "manifest.json", "config.json", "vocab.txt", "params.msgpack", "saved_model")
 FORMAT = 1  # manifest['format']: bumped when the layout changes.
@@ -157,7 +159,6 @@ def export(config, workdir: str, export_dir: Optional[str] = None, step: Optiona
   serialization; 'tpu' can be added).
   """
   from mural import checkpointing  # pylint: disable=g-import-not-at-top
-  from mural import config_lib  # pylint: disable=g-import-not-at-top
   from mural import models  # pylint: disable=g-import-not-at-top
   from mural import systems  # pylint: disable=g-import-not-at-top
   from mural.data import vocab  # pylint: disable=g-import-not-at-top
@@ -190,10 +191,11 @@ def export(config, workdir: str, export_dir: Optional[str] = None, step: Optiona
   # its copy ('' clears a field that only initialised parameters).
   inputs = {vocab_field: vocab_name}
   system = systems.get(config)
-  frozen = dict(models.frozen_inputs(config), **(system.frozen_inputs(config) if system.frozen_inputs else {}))
+  frozen = dict(models.frozen_inputs(config, model),
+                **(system.frozen_inputs(config) if system.frozen_inputs else {}))
   for field, tree in frozen.items():
     inputs[field] = _write_frozen(tmp, field, tree, step)
-  inputs.update({field: "" for field in system.initialisers if _get(config, field)})
+  inputs.update({field: "" for field in system.initialisers if config_lib.get_field(config, field)})
   embed_dim = int(jax.eval_shape(embed_fns(model, heads)[1], abstract,
                                  jax.ShapeDtypeStruct((1, config.model.text.max_len), jnp.int32),
                                  jax.ShapeDtypeStruct((1, config.model.text.max_len), jnp.int32)).shape[-1])
@@ -227,21 +229,6 @@ def export(config, workdir: str, export_dir: Optional[str] = None, step: Optiona
   tmp.rename(final)
   logging.info("Exported step %d of %s to %s (embedding size %d).", step, workdir, final, embed_dim)
   return str(final)
-
-
-def _get(config, field: str):
-  node = config
-  for key in field.split("."):
-    node = node.get(key, None) if hasattr(node, "get") else None
-  return node
-
-
-def _set(config, field: str, value) -> None:
-  *parents, leaf = field.split(".")
-  node = config
-  for key in parents:
-    node = node[key]
-  node[leaf] = value
 
 
 def _write_frozen(root, field: str, variables, step: int) -> str:
@@ -347,7 +334,7 @@ class Model:
     self.config = ml_collections.ConfigDict(json.loads((root / CONFIG).read_text()))
     inputs = self.manifest.get("inputs", {"data.vocab_path": VOCAB})  # Exports before "inputs".
     for field, name in inputs.items():  # The export's own copies of what the config names.
-      _set(self.config, field, str(root / name) if name else "")
+      config_lib.set_field(self.config, field, str(root / name) if name else "")
     model, heads, tasks = model_and_heads(self.config)
     variables, _ = read_variables(path)
     check_fits(variables, abstract_variables(model, tasks, self.config), f"export {path}")

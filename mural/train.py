@@ -27,7 +27,6 @@ and the step run without it (benchmarks, export, a GPU host that lacks it).
 
 import copy
 import dataclasses
-import os
 from concurrent import futures
 from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
@@ -313,7 +312,7 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
     nonlocal eval_results
     if evaluators:
       eval_results = evaluate_lib.run_all(evaluators, embedder, state.variables())
-      evaluate_lib.report(eval_results, step, os.path.join(workdir, "eval"), writer)
+      evaluate_lib.report(eval_results, step, evaluate_lib.training_directory(workdir), writer)
 
   def flush(step):
     log.check_finite(checkpoints.latest_step())
@@ -398,7 +397,7 @@ def evaluate(config, workdir: str, *, step: Optional[int] = None,
     raise ValueError("config.data.eval_source: no evaluation sets to evaluate on")
   embedder = setup.embedder(config.eval_batch_size)
   directory = evaluate_lib.directory_for(config, workdir, systems.record_changes(config, workdir))
-  writer = metric_log.writer(workdir if directory == os.path.join(workdir, "eval") else directory)
+  writer = metric_log.writer(workdir if directory == evaluate_lib.training_directory(workdir) else directory)
   results = evaluate_lib.run_all(evaluators, embedder, state.variables())
   evaluate_lib.report(results, latest, directory, writer)
   writer.close()

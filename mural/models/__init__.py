@@ -55,23 +55,20 @@ TEXT_TOWERS = {
 
 
 # Towers that read a trained run's variables when they are built (not parameters: a frozen
-# backbone): (config section, dtype, param_dtype) -> {field of the section that names the run:
-# the variables, {'params', 'batch_stats'}, a run there would hold for it}.
-FROZEN_INPUTS = {
-    "features": functools.partial(feature_tower.frozen_inputs, backbones=_BACKBONES),
-}
+# backbone): built tower -> {field of its config section that names the run: the variables,
+# {'params', 'batch_stats'}, a run there would hold for it}.
+FROZEN_INPUTS = {"features": feature_tower.frozen_inputs}
 
 
-def frozen_inputs(config) -> dict:
-  """{'model.<image|text>.<field>': variables} of config's towers that read a trained run when
-  they are built (FROZEN_INPUTS): what an export writes beside its parameters."""
-  dtype, param_dtype = jnp.dtype(config.model.dtype), jnp.dtype(config.model.param_dtype)
+def frozen_inputs(config, model) -> dict:
+  """{'model.<image|text>.<field>': variables} of the towers of `model` (built from config) that
+  read a trained run when they were built (FROZEN_INPUTS): what an export writes beside its
+  parameters."""
   out = {}
-  for kind in ("image", "text"):
-    section = config.model[kind]
-    if section.name in FROZEN_INPUTS:
-      for field, variables in FROZEN_INPUTS[section.name](section, dtype, param_dtype).items():
-        out[f"model.{kind}.{field}"] = variables
+  for kind, tower in (("image", model.image_tower), ("text", model.text_tower)):
+    name = config.model[kind].name
+    if name in FROZEN_INPUTS:
+      out.update({f"model.{kind}.{field}": v for field, v in FROZEN_INPUTS[name](tower).items()})
   return out
 
 

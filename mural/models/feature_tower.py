@@ -30,8 +30,7 @@ large backbone.
 
 import contextlib
 import contextvars
-import functools
-from typing import Any, Callable
+from typing import Any, Optional
 
 import flax.linen as nn
 import jax
@@ -47,7 +46,7 @@ def _named(init, names):
 
 class FeatureTower(nn.Module):
   """Returns (embedding [B, output_dim], {'features': the frozen features})."""
-  features: Callable[[jax.Array], jax.Array]  # images -> [B, F]; no parameters of this module.
+  features: "FrozenBackbone"  # images -> [B, F]; no parameters of this module.
   hidden_dim: int = 2048  # 0: one linear layer to output_dim.
   output_dim: int = 512
   bn_momentum: float = 0.9
@@ -93,10 +92,17 @@ def frozen_backbones_as_shapes():
     _SHAPES_ONLY.reset(token)
 
 
-def _frozen_apply(backbone, variables, images):
-  if variables is None:  # frozen_backbones_as_shapes.
-    return jnp.zeros((images.shape[0], backbone.output_dim), jnp.float32)
-  return backbone.apply(variables, images, train=False)[0]
+class FrozenBackbone:
+  """images -> the backbone's pooled features in eval mode, its variables constants (FeatureTower's
+  `features`; `variables` is what an export carries)."""
+
+  def __init__(self, backbone: nn.Module, variables: Optional[dict]):
+    self.backbone, self.variables = backbone, variables
+
+  def __call__(self, images):
+    if self.variables is None:  # frozen_backbones_as_shapes.
+      return jnp.zeros((images.shape[0], self.backbone.output_dim), jnp.float32)
+    return self.backbone.apply(self.variables, images, train=False)[0]
 
 
 def backbone_variables(backbone: nn.Module, image_config) -> dict:
@@ -124,11 +130,10 @@ def backbone_variables(backbone: nn.Module, image_config) -> dict:
   return jax.tree.map(jnp.asarray, dict(variables))
 
 
-def frozen_inputs(image_config, dtype, param_dtype, backbones) -> dict:
-  """{'backbone_workdir': the variables a run there would hold for this tower's backbone} (see
-  models.frozen_inputs: what an export carries so that it needs no workdir)."""
-  backbone = backbones[image_config.backbone](image_config, dtype, param_dtype)
-  variables = jax.device_get(backbone_variables(backbone, image_config))
+def frozen_inputs(tower: FeatureTower) -> dict:
+  """{'backbone_workdir': the variables a run there would hold for the built tower's backbone}
+  (see models.frozen_inputs: what an export carries so that it needs no workdir)."""
+  variables = jax.device_get(tower.features.variables)
   return {"backbone_workdir": {k: {"image_tower": v} for k, v in variables.items()}}
 
 
@@ -139,6 +144,6 @@ def from_config(image_config, dtype, param_dtype, backbones=None) -> FeatureTowe
         f"config.model.image.backbone: {image_config.backbone!r} not in {sorted(backbones)}")
   backbone = backbones[image_config.backbone](image_config, dtype, param_dtype)
   variables = backbone_variables(backbone, image_config)
-  return FeatureTower(features=functools.partial(_frozen_apply, backbone, variables),
+  return FeatureTower(features=FrozenBackbone(backbone, variables),
                       hidden_dim=int(image_config.hidden_dim), output_dim=int(image_config.output_dim),
                       dtype=dtype, param_dtype=param_dtype)

@@ -72,11 +72,7 @@ def apply_ablation(config, name: str):
   if name not in ABLATIONS:
     raise config_lib.ConfigError(f"MULE ablation {name!r} not in {sorted(ABLATIONS)}")
   for key, value in ABLATIONS[name].items():
-    node = config
-    *parents, leaf = key.split(".")
-    for p in parents:
-      node = node[p]
-    node[leaf] = value
+    config_lib.set_field(config, key, value)
   return config
 
 

@@ -90,11 +90,7 @@ def apply_ablation(config, name: str):
   if name not in ABLATIONS:
     raise config_lib.ConfigError(f"SMALR ablation {name!r} not in {sorted(ABLATIONS)}")
   for key, value in ABLATIONS[name].items():
-    node = config
-    *parents, leaf = key.split(".")
-    for p in parents:
-      node = node[p]
-    node[leaf] = value
+    config_lib.set_field(config, key, value)
   if name == "full_vocab":
     config.model.text.specific_words = config.model.text.words_per_language - 2
   return config
