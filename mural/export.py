@@ -279,8 +279,9 @@ def write_saved_model(model, variables, heads, config, tokenizer, path: str,
     @tf.function(input_signature=[text_spec, tf.TensorSpec([None], tf.string, name="lang")], autograph=False)
     def embed_text(text, lang):
       index = module.language_table.lookup(lang)
-      check = tf.debugging.assert_non_negative(index, message=f"lang: a code not in {languages}")
-      with tf.control_dependencies([check]):
+      checks = [tf.debugging.assert_equal(tf.size(lang), tf.size(text), message="lang: one code per text"),
+                tf.debugging.assert_non_negative(index, message=f"lang: a code not in {languages}")]
+      with tf.control_dependencies(checks):
         return embed_tokens(text, tf.identity(index))
   else:
     @tf.function(input_signature=[text_spec], autograph=False)
@@ -375,7 +376,10 @@ class Model:
       raise ValueError(f"this export's word vocabularies are per language: embed_texts(texts, "
                        f"langs=<one of {self.languages}, or one per text>)")
     if langs is not None:
-      codes = [langs] * len(texts) if isinstance(langs, str) else list(langs)
+      try:
+        codes = [langs] * len(texts) if isinstance(langs, str) else list(langs)
+      except TypeError:
+        raise ValueError(f"langs: a language code or a list of them, got {langs!r}") from None
       unknown = sorted(set(codes) - set(self.languages))
       if unknown or len(codes) != len(texts):
         raise ValueError(f"langs: {unknown or len(codes)} (the export's languages: {self.languages}; "

@@ -436,7 +436,8 @@ def test_export_carries_its_words_and_frozen_backbone_and_embeds_as_the_evaluato
   want = embedder.images(variables, eval_data.eval_images(scenes.images, config.data), "")
   np.testing.assert_allclose(model.embed_images(list(scenes.images)), want, atol=1e-5)
   for bad, message in [((texts,), r"per language: embed_texts\(texts, langs="),
-                       ((texts, "xx"), r"langs: \['xx'\]"), ((texts, ["en"]), r"langs: 1 ")]:
+                       ((texts, "xx"), r"langs: \['xx'\]"), ((texts, ["en"]), r"langs: 1 "),
+                       ((texts, 5), r"langs: a language code or a list of them, got 5")]:
     with pytest.raises(ValueError, match=message):
       model.embed_texts(*bad)
 
@@ -449,6 +450,8 @@ def test_export_carries_its_words_and_frozen_backbone_and_embeds_as_the_evaluato
                              want[:3], atol=1e-5)
   with pytest.raises(tf.errors.InvalidArgumentError, match="lang: a code not in"):
     saved.signatures["embed_text"](text=tf.constant(texts[:1]), lang=tf.constant(["xx"]))
+  with pytest.raises(tf.errors.InvalidArgumentError, match="lang: one code per text"):
+    saved.signatures["embed_text"](text=tf.constant(texts[:2]), lang=tf.constant(["de"]))
 
   # The corpus embedder's command line: --lang for such an export.
   from mural import embed  # pylint: disable=g-import-not-at-top
