@@ -12,7 +12,11 @@ What the figures are:
   params / opt_state / batch_stats bytes   the shards one device holds (from the shardings);
   argument / output / alias / temp bytes   XLA's memory analysis of the compiled step on one
                                            device (alias: outputs written over donated inputs);
-  total_bytes_per_device                   argument + output - alias + temp: the step's peak;
+  constant_bytes_per_device                a frozen backbone's variables (MULE, SMALR, Kadar et
+                                           al.): constants of the step's program, not
+                                           arguments, so a copy on every device;
+  total_bytes_per_device                   argument + output - alias + temp + constant: the
+                                           step's peak;
   flops_per_step                           XLA's cost analysis of one device's program times
                                            the devices; it counts a loop's body once (the
                                            micro-batch scans of grad_accum_steps, the ring
@@ -26,7 +30,9 @@ import math
 from typing import Any, Dict
 
 import jax
+import numpy as np
 
+from mural import models
 from mural import sharding
 from mural import system as system_lib
 from mural import train
@@ -73,10 +79,13 @@ def plan(config) -> Dict[str, Any]:
       output_bytes_per_device=int(memory.output_size_in_bytes),
       alias_bytes_per_device=int(memory.alias_size_in_bytes),
       temp_bytes_per_device=int(memory.temp_size_in_bytes),
+      constant_bytes_per_device=int(sum(np.asarray(x).nbytes for x in
+                                        jax.tree.leaves(models.frozen_inputs(config, setup.model)))),
       flops_per_step=float(cost.get("flops", 0.0)) * devices,
   )
   out["total_bytes_per_device"] = (out["argument_bytes_per_device"] + out["output_bytes_per_device"]
-                                   - out["alias_bytes_per_device"] + out["temp_bytes_per_device"])
+                                   - out["alias_bytes_per_device"] + out["temp_bytes_per_device"]
+                                   + out["constant_bytes_per_device"])
   out["fits"] = {name: out["total_bytes_per_device"] <= size for name, size in ACCELERATORS.items()}
   return out
 
@@ -92,6 +101,8 @@ def table(p: Dict[str, Any]) -> str:
       f"  step arguments  {gib(p['argument_bytes_per_device'])} (state + batch), outputs "
       f"{gib(p['output_bytes_per_device'])}, of which {gib(p['alias_bytes_per_device'])} reuse donated inputs",
       f"  temporaries     {gib(p['temp_bytes_per_device'])}",
+      *([f"  frozen constants{gib(p['constant_bytes_per_device'])} (a frozen backbone's variables, "
+         "in the program: a copy on every device)"] if p["constant_bytes_per_device"] else []),
       f"  total           {gib(p['total_bytes_per_device'])}  "
       + ", ".join(f"{name}: {'fits' if ok else 'does not fit'}" for name, ok in p["fits"].items()),
       f"  FLOPs per step  {p['flops_per_step']:.3e} (XLA's cost analysis, all devices; loop bodies counted once)",

@@ -396,6 +396,23 @@ def test_evaluates_per_language(reference):
   assert (workdir / "eval" / "step_4.json").exists()
 
 
+def test_plan_counts_the_frozen_backbone_in_every_devices_total(reference):
+  """The frozen backbone's variables are constants of the step's program, neither arguments nor
+  temporaries: XLA's argument/temp bytes leave them out, the plan adds them. (After `reference`:
+  the same step, compiled once.)"""
+  from mural import models  # pylint: disable=g-import-not-at-top
+  from mural import plan  # pylint: disable=g-import-not-at-top
+  c = tiny_mule_config()
+  p = plan.plan(c)
+  backbone = models.IMAGE_TOWERS[c.model.image.backbone](c.model.image, jnp.float32, jnp.float32)
+  shapes = jax.eval_shape(lambda: backbone.init(jax.random.PRNGKey(0), jnp.zeros((1, 32, 32, 3)), train=False))
+  want = sum(4 * x.size for x in jax.tree.leaves(shapes))
+  assert want > 1000 and p["constant_bytes_per_device"] == want
+  assert p["total_bytes_per_device"] == (p["argument_bytes_per_device"] + p["output_bytes_per_device"]
+                                         - p["alias_bytes_per_device"] + p["temp_bytes_per_device"] + want)
+  assert "frozen constants" in plan.table(p)
+
+
 def test_export_carries_its_words_and_frozen_backbone_and_embeds_as_the_evaluator(
     reference, words_file, tmp_path, capsys):
   """An export needs neither the workdir nor what the config names outside it: the word
