@@ -8,7 +8,7 @@
       paper's own dataset: these are sentences of the same Flickr30k images);
   eval: flickr8k_1k dev split, mR per language.
 The frozen backbone is configs/flickr8k.py's image tower (B0 at half
-width/depth, 128 px): train that config first and pass its workdir, as the
+width/depth, 64 px): train that config first and pass its workdir, as the
 paper uses ImageNet features; without it the features are a seeded,
 untrained tower's. The argument after ':' picks one of
 mural.systems.mule.ABLATIONS. About 750 training images: this checks the
@@ -47,8 +47,8 @@ def get_config(ablation: str = "embn_nc_lc"):
 
   c.data.languages = LANGUAGES
   c.data.word_min_count = 2
-  c.data.image_size = 128
-  c.data.eval_resize = 146
+  c.data.image_size = 64  # The size configs/flickr8k.py trains the frozen backbone at.
+  c.data.eval_resize = 73
   c.data.shuffle_buffer = 20_000
   c.data.eval_source = dict(name="flickr8k", split="dev")
 

@@ -53,8 +53,8 @@ def get_config(ablation: str = "smalr"):
 
   c.data.languages = LANGUAGES
   c.data.word_min_count = 2
-  c.data.image_size = 128
-  c.data.eval_resize = 146
+  c.data.image_size = 64  # The size configs/flickr8k.py trains the frozen backbone at.
+  c.data.eval_resize = 73
   c.data.shuffle_buffer = 20_000
   c.data.eval_source = dict(name="flickr8k", split="dev")
   c.clc.validation_images = 50
