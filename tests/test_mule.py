@@ -398,8 +398,8 @@ def test_evaluates_per_language(reference):
 
 def test_plan_counts_the_frozen_backbone_in_every_devices_total(reference):
   """The frozen backbone's variables are constants of the step's program, neither arguments nor
-  temporaries: XLA's argument/temp bytes leave them out, the plan adds them. (After `reference`:
-  the same step, compiled once.)"""
+  temporaries: XLA's argument/temp bytes leave them out, the plan adds them. (After `reference`,
+  for the tests' compilation cache: the same step.)"""
   from mural import models  # pylint: disable=g-import-not-at-top
   from mural import plan  # pylint: disable=g-import-not-at-top
   c = tiny_mule_config()
