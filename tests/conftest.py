@@ -75,11 +75,7 @@ def load_config(name: str = "tiny"):
 def set_fields(config, **overrides):
   """config with 'a.b.c'-named fields set (keyword names use '__' for '.')."""
   for key, value in overrides.items():
-    node = config
-    *parents, leaf = key.replace("__", ".").split(".")
-    for p in parents:
-      node = node[p]
-    node[leaf] = value
+    config_lib.set_field(config, key.replace("__", "."), value)
   return config
 
 

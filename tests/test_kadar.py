@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import TINY_FEATURES, TINY_STAGES, assert_resumes_bit_exactly, records_per_source, train_step_lowerings
+from conftest import TINY_FEATURES, TINY_STAGES, assert_resumes_bit_exactly, records_per_source, set_fields, train_step_lowerings
 from mural import checkpointing
 from mural import config_lib
 from mural import describe
@@ -65,13 +65,7 @@ def tiny_kadar_config(**overrides):
   c.checkpoint_every_steps = 2
   c.keep_checkpoints = 3
   c.early_stopping.metric = ""
-  for key, value in overrides.items():
-    node = c
-    *parents, leaf = key.split(".")
-    for p in parents:
-      node = node[p]
-    node[leaf] = value
-  return c
+  return set_fields(c, **overrides)
 
 
 # ---- The loss against NumPy float64 ----------------------------------------------------

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import TINY_FEATURES, TINY_STAGES, assert_resumes_bit_exactly, records_per_source
+from conftest import TINY_FEATURES, TINY_STAGES, assert_resumes_bit_exactly, records_per_source, set_fields
 from mural import config_lib
 from mural import describe
 from mural import losses
@@ -60,13 +60,7 @@ def tiny_mule_config(**overrides):
   c.eval_every_steps = 0
   c.checkpoint_every_steps = 2
   c.keep_checkpoints = 3
-  for key, value in overrides.items():
-    node = c
-    *parents, leaf = key.split(".")
-    for p in parents:
-      node = node[p]
-    node[leaf] = value
-  return c
+  return set_fields(c, **overrides)
 
 
 # ---- Losses against NumPy float64 ----------------------------------------------------

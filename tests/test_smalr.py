@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import TINY_STAGES, assert_resumes_bit_exactly, records_per_source
+from conftest import TINY_STAGES, assert_resumes_bit_exactly, records_per_source, set_fields
 from mural import clc
 from mural import config_lib
 from mural import describe
@@ -69,13 +69,7 @@ def tiny_smalr_config(ablation="smalr", **overrides):
   c.checkpoint_every_steps = 2
   c.keep_checkpoints = 3
   smalr.apply_ablation(c, ablation)
-  for key, value in overrides.items():
-    node = c
-    *parents, leaf = key.split(".")
-    for p in parents:
-      node = node[p]
-    node[leaf] = value
-  return c
+  return set_fields(c, **overrides)
 
 
 def _numeric_grad(f, x, eps=1e-6):
