@@ -270,6 +270,10 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
   stopper = checkpointing.EarlyStopping(es.metric, es.patience, es.mode) if es.metric else None
   checkpoints = checkpointing.Checkpoints(workdir, config.keep_checkpoints, track_best=stopper is not None)
   ended = _run_ended_at(config, checkpoints, checkpoints.latest_step())
+  warm = None  # A warm start's source is read and matched first: a bad one fails before compiling.
+  if config.init_from and checkpoints.latest_step() is None:
+    from mural.data import vocab  # pylint: disable=g-import-not-at-top
+    warm = warm_start.match(setup.abstract_state, config, vocab.wordpiece_path(config, workdir))
   compiling = None if ended else compile_train_step_in_background(setup)
   train_step = jit_train_step(setup)
 
@@ -295,9 +299,8 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
     state = setup.init_state(jax.random.PRNGKey(config.seed))
     setup.release_init_program()
     logging.info("Initialised %d parameters.", sum(x.size for x in jax.tree.leaves(state.params)))
-    if config.init_from:
-      from mural.data import vocab  # pylint: disable=g-import-not-at-top
-      state = warm_start.load_into(state, config, vocab.wordpiece_path(config, workdir))[0]
+    if warm is not None:
+      state = warm.apply(state)
   start_step = int(sharding.to_host(state.step))
 
   # ---- Evaluators and logs ------------------------------------------------------

@@ -17,7 +17,7 @@ the source's (config_lib.source_vocab; mural/data/vocab.py copies it into the wo
 and one whose vocabulary differs from the source's is an error.
 """
 
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import jax
 import numpy as np
@@ -46,6 +46,8 @@ def _taker(parts: str, groups) -> Callable[[str], bool]:
 def _check_vocab(config, vocab_path: Optional[str]):
   """A loaded token table with another vocabulary than the source's is an error, not a start."""
   source = config_lib.source_vocab(config.init_from)
+  if source and vocab_path and not config.data.get("vocab_path") and not epath.Path(vocab_path).exists():
+    return  # Not learned yet: mural/data/vocab.py will copy the source's there.
   if not vocab_path or not source or not epath.Path(vocab_path).exists():
     logging.warning("Warm start: the text tower's token table is loaded, and the vocabularies "
                     "cannot be compared (this run's: %s; the source's: %s).", vocab_path, source)
@@ -64,40 +66,57 @@ def _summary(names: List[str], limit: int = 8) -> str:
   return ", ".join(names[:limit]) + more
 
 
-def load_into(state, config, vocab_path: Optional[str] = None) -> Tuple[Any, Dict[str, List[str]]]:
-  """(state with the source's matching arrays, {'loaded', 'initialised', 'unused'} array names).
+class WarmStart(NamedTuple):
+  """What a warm start loads, matched against the state's shapes before any of it is placed."""
+  arrays: Dict[str, np.ndarray]  # 'params/<name>' or 'batch_stats/<name>' -> the source's array.
+  report: Dict[str, List[str]]  # {'loaded', 'initialised', 'unused'} array names.
 
-  Arrays keep the state's shardings (each process places its own shards).
-  Raises ValueError when nothing matches: that is a wrong path or model, not
-  a warm start; and when the token table is loaded and `vocab_path` (this run's
-  wordpiece vocabulary) differs from the source's.
+  def apply(self, state):
+    """state with the matched arrays, each placed with the state's sharding (each process its shards)."""
+    def place(collection):
+      def one(path, leaf):
+        value = self.arrays.get(f"{collection}/{_name(path)}")
+        if value is None:
+          return leaf
+        value = np.asarray(value, leaf.dtype)
+        return jax.make_array_from_callback(leaf.shape, leaf.sharding, lambda index: value[index])
+      return jax.tree_util.tree_map_with_path(one, getattr(state, collection))
+    return state.replace(params=place("params"), batch_stats=place("batch_stats"))
+
+
+def _name(path) -> str:
+  return "/".join(str(getattr(k, "key", k)) for k in path)
+
+
+def match(state, config, vocab_path: Optional[str] = None) -> WarmStart:
+  """Reads config.init_from and matches its arrays to `state`'s by name and shape.
+
+  `state` may be abstract (shapes only: train.py matches before it compiles
+  the step, so a bad source fails in seconds, not after the compilation).
+  Raises ValueError when nothing matches (that is a wrong path or model, not
+  a warm start), and when the token table is taken and `vocab_path` (this
+  run's wordpiece vocabulary) differs from the source's.
   """
   source, step = export.read_variables(config.init_from)
   parts = config.init_from_parts
   take = _taker(parts, state.params.keys())
   report = {"loaded": [], "initialised": [], "unused": []}
-  new = {}
+  arrays = {}
   for collection in ("params", "batch_stats"):
     have = export.flat(source.get(collection, {}))
-
-    def pick(path, leaf, collection=collection, have=have):
-      name = "/".join(str(getattr(k, "key", k)) for k in path)
+    for path, leaf in jax.tree_util.tree_leaves_with_path(getattr(state, collection)):
+      name = _name(path)
       full = f"{collection}/{name}"
       value = have.get(name)
       if not take(name) or value is None:
         report["initialised"].append(full)
-        return leaf
-      if tuple(np.shape(value)) != tuple(leaf.shape):
+      elif tuple(np.shape(value)) != tuple(leaf.shape):
         report["initialised"].append(f"{full} (source shape {tuple(np.shape(value))}, "
                                      f"this model {tuple(leaf.shape)})")
-        return leaf
-      report["loaded"].append(full)
-      value = np.asarray(value, leaf.dtype)
-      return jax.make_array_from_callback(leaf.shape, leaf.sharding, lambda index: value[index])
-
-    new[collection] = jax.tree_util.tree_map_with_path(pick, getattr(state, collection))
-    used = {n.split(" ")[0] for n in report["loaded"]}
-    report["unused"] += [f"{collection}/{n}" for n in have if f"{collection}/{n}" not in used]
+      else:
+        report["loaded"].append(full)
+        arrays[full] = value
+    report["unused"] += [f"{collection}/{n}" for n in have if f"{collection}/{n}" not in arrays]
   if not report["loaded"]:
     raise ValueError(f"config.init_from: no array of {config.init_from} matches this model by name "
                      f"and shape (init_from_parts={parts!r}); newly initialised: "
@@ -105,10 +124,16 @@ def load_into(state, config, vocab_path: Optional[str] = None) -> Tuple[Any, Dic
   if any(n.startswith(_TOKEN_TABLE) for n in report["loaded"]):
     _check_vocab(config, vocab_path)
   groups = sorted({n.split("/")[1] for n in report["loaded"]})
-  count = sum(int(np.prod(np.shape(x))) for c in ("params", "batch_stats")
-              for n, x in export.flat(source.get(c, {})).items() if f"{c}/{n}" in report["loaded"])
+  count = sum(int(np.prod(np.shape(x))) for x in arrays.values())
   logging.info("Warm start from %s (step %d, parts=%s): loaded %d arrays (%d values) of %s; newly "
                "initialised %d: %s; in the source, not loaded: %d: %s.", config.init_from, step, parts,
                len(report["loaded"]), count, ", ".join(groups), len(report["initialised"]),
                _summary(report["initialised"]), len(report["unused"]), _summary(report["unused"]))
-  return state.replace(params=new["params"], batch_stats=new["batch_stats"]), report
+  return WarmStart(arrays, report)
+
+
+def load_into(state, config, vocab_path: Optional[str] = None) -> Tuple[Any, Dict[str, List[str]]]:
+  """(state with the source's matching arrays, {'loaded', 'initialised', 'unused'} array names):
+  match and apply in one call (see match)."""
+  warm = match(state, config, vocab_path)
+  return warm.apply(state), warm.report

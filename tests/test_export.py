@@ -275,7 +275,7 @@ def test_svcca_compares_the_exports_languages_on_parallel_sentences(trained, cap
   assert list(from_tsv) == ["de", "en"] and from_tsv["en"]["de"] == pytest.approx(matrix["en"]["de"], abs=1e-6)
 
 
-def test_warm_start_first_loss_is_the_trained_models(trained, tmp_path):
+def test_warm_start_first_loss_is_the_trained_models(trained, tmp_path, monkeypatch):
   """A run started from the export (all parts) computes, at step 1, the trained model's loss on
   its batch; a towers-only start loads the towers and leaves the heads as initialised, and an
   'image_tower' start the image tower alone."""
@@ -320,6 +320,13 @@ def test_warm_start_first_loss_is_the_trained_models(trained, tmp_path):
   with pytest.raises(ValueError, match=r"vocabulary .*vocab\.txt differs from this run's .*other_vocab"):
     warm_start.load_into(jax.device_put(fresh), config, str(other))
   assert warm_start.load_into(jax.device_put(fresh), config, trained.config.data.vocab_path)[1]["loaded"]
+  # A training run with that vocabulary fails before it compiles its step (seconds, not minutes).
+  compiles = []
+  monkeypatch.setattr(train, "compile_train_step_in_background", compiles.append)
+  with pytest.raises(ValueError, match=r"vocabulary .*differs from this run's .*other_vocab"):
+    train.train_and_evaluate(tiny_config(str(other), **OVERRIDES, init_from=trained.export_dir),
+                             str(tmp_path / "other"), evaluators=[])
+  assert not compiles
   # A run that takes the text tower and names no vocabulary uses the source's: an export's
   # vocab.txt, or the vocab_path a workdir's config.json records.
   assert config_lib.source_vocab(str(trained.workdir)) == trained.config.data.vocab_path
