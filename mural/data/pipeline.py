@@ -63,6 +63,7 @@ buffers (thousands of encoded images) instead of a few integers.
 import atexit
 import dataclasses
 import json
+import re
 import weakref
 from typing import Callable, Dict, List, Optional, Sequence
 
@@ -215,7 +216,7 @@ def _source_stream(task, src: _Source, index: int, state: dict, seed,
       ds = ds.filter(lambda x: x["_keep"])
     ds = _guarded_decode(ds, num_parallel_calls)
     ds = ds.map(crop, num_parallel_calls=num_parallel_calls, deterministic=True)
-  return _counted(ds, index, state["skips"], f"{task.name} source {index} ({src.name!r})")
+  return _counted(ds, index, state["skips"])
 
 
 def _crop_fn(kind, data_config) -> Callable[[dict], dict]:
@@ -248,14 +249,17 @@ def _crop_fn(kind, data_config) -> Callable[[dict], dict]:
 _CHUNK = 64  # Records per step of the skip count (see _counted).
 
 
-def _counted(ds: tf.data.Dataset, index: int, skips: Sequence[int], name: str) -> tf.data.Dataset:
+_SKIP_LIMIT = "mural: skip limit reached by source"  # _counted's assertion; _Task.next reads it.
+
+
+def _counted(ds: tf.data.Dataset, index: int, skips: Sequence[int]) -> tf.data.Dataset:
   """The usable records of `ds`, each with its source's running skip counts ('_skips').
 
   Runs on chunks of _CHUNK records (a scan over chunks, cumulative sums inside one): a scan
   and a filter per record cost more than the rest of a small record's stages together. A
   record's counts include itself and every skipped record before it; thinned records
   ('_keep' False) are neither counted nor emitted. Fails after MAX_CONSECUTIVE_SKIPS skipped
-  records in a row.
+  records in a row (an assertion that _Task.next turns into a ValueError naming the source).
   """
   num_reasons = len(SKIP_REASONS)
   limit = MAX_CONSECUTIVE_SKIPS  # Read when the stream is built (tests lower it).
@@ -275,10 +279,8 @@ def _counted(ds: tf.data.Dataset, index: int, skips: Sequence[int], name: str) -
     bad_so_far = tf.cumsum(tf.cast(bad, tf.int64))
     at_good = tf.concat([[-run], tf.boolean_mask(bad_so_far, good)], 0)
     runs = bad_so_far - tf.gather(at_good, tf.cumsum(tf.cast(good, tf.int32)))
-    check = tf.debugging.Assert(
-        tf.reduce_all(runs < limit),
-        [f"{name}: {limit} records in a row were skipped; counts by reason {SKIP_REASONS}:",
-         running[-1]])
+    check = tf.debugging.Assert(tf.reduce_all(runs < limit),
+                                [f"{_SKIP_LIMIT} {index}, counts:", running[-1]], summarize=num_reasons)
     with tf.control_dependencies([check]):
       out = {k: tf.boolean_mask(v, good) for k, v in chunk.items()}
     out.update(_skips=tf.boolean_mask(running, good),
@@ -354,7 +356,19 @@ class _Task:
   def next(self) -> dict:
     if self._it is None:
       self._it = self.dataset().as_numpy_iterator()
-    batch = next(self._it)
+    try:
+      batch = next(self._it)
+    except tf.errors.InvalidArgumentError as e:
+      found = re.search(re.escape(_SKIP_LIMIT) + r" (\d+), counts:\] \[([\d ]+)\]", e.message)
+      if not found:
+        raise
+      index, counts = int(found.group(1)), [int(n) for n in found.group(2).split()]
+      reasons = ", ".join(f"{r} {n}" for r, n in zip(SKIP_REASONS, counts) if n)
+      raise ValueError(
+          f"config.tasks.{self.name}.sources[{index}] ({self.sources[index].name!r}): "
+          f"{MAX_CONSECUTIVE_SKIPS} records in a row were skipped (so far, by reason: {reasons}), "
+          f"so it has no usable records: check that it is the data meant and that its languages "
+          f"are in config.data.languages {tuple(self.data.languages)}") from None
     source, epoch, pos, skips = (batch.pop(k) for k in ("_source", "_epoch", "_pos", "_skips"))
     for i, st in enumerate(self.state["sources"]):
       rows = np.flatnonzero(source == i)
