@@ -27,7 +27,8 @@ layouts differ from a TPU or GPU compile, so read the figures as a plan
 """
 
 import math
-from typing import Any, Dict
+import os
+from typing import Any, Dict, Optional
 
 import jax
 import numpy as np
@@ -36,6 +37,7 @@ from mural import models
 from mural import sharding
 from mural import system as system_lib
 from mural import train
+from mural.state import TrainingError
 
 PLAN_KEYS = (  # At least these in the JSON line (scripts read them).
     "devices", "mesh", "global_batch", "dtype", "params_bytes_per_device",
@@ -50,6 +52,56 @@ def _bytes_per_device(abstract_tree: Any, shardings: Any) -> int:
   def shard_bytes(x, s):
     return math.prod(s.shard_shape(x.shape)) * x.dtype.itemsize
   return int(sum(jax.tree.leaves(jax.tree.map(shard_bytes, abstract_tree, shardings))))
+
+
+def step_bytes(memory) -> int:
+  """A compiled program's peak on one device from XLA's memory analysis: arguments + outputs -
+  outputs written over donated arguments + temporaries."""
+  return int(memory.argument_size_in_bytes + memory.output_size_in_bytes
+             - memory.alias_size_in_bytes + memory.temp_size_in_bytes)
+
+
+def device_memory_bytes() -> Optional[int]:
+  """The memory one local device has: its allocator's limit on a GPU or TPU; on the CPU, the
+  host's RAM (or its cgroup's limit, if lower) shared by the local CPU devices. None if unknown."""
+  device = jax.local_devices()[0]
+  limit = (device.memory_stats() or {}).get("bytes_limit")
+  if limit:
+    return int(limit)
+  if device.platform != "cpu":
+    return None
+  try:
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+  except (ValueError, OSError, AttributeError):
+    return None
+  try:
+    with open("/sys/fs/cgroup/memory.max") as f:
+      ram = min(ram, int(f.read()))  # 'max' (no limit) is not an int.
+  except (OSError, ValueError):
+    pass
+  return ram // jax.local_device_count()
+
+
+def check_fits(compiled, have: Optional[int] = None) -> None:
+  """A train step that needs more memory than a device has is a clear error before its first
+  step, not XLA's RESOURCE_EXHAUSTED after it (or, on a CPU host, the kernel's OOM killer).
+
+  `have`: the device's bytes (default device_memory_bytes()); nothing is checked when unknown."""
+  have = device_memory_bytes() if have is None else have
+  memory = compiled.memory_analysis()
+  if not have or memory is None or step_bytes(memory) <= have:
+    return
+  raise TrainingError(
+      f"the train step needs {_gib(step_bytes(memory))} per device ({_gib(memory.argument_size_in_bytes)} "
+      f"state and batch, {_gib(memory.temp_size_in_bytes)} temporaries: XLA's memory analysis), "
+      f"more than the {_gib(have)} a {jax.local_devices()[0].platform} device has here: lower the "
+      "batch size, image size or model.text.max_len, set model.image.remat / model.text.remat, or "
+      "split the batch (optim.grad_accum_steps); --mode=plan prints these figures for any config "
+      "and device count")
+
+
+def _gib(n: int) -> str:
+  return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.2f} MiB"
 
 
 def plan(config) -> Dict[str, Any]:
@@ -83,16 +135,14 @@ def plan(config) -> Dict[str, Any]:
                                         jax.tree.leaves(models.frozen_inputs(config, setup.model)))),
       flops_per_step=float(cost.get("flops", 0.0)) * devices,
   )
-  out["total_bytes_per_device"] = (out["argument_bytes_per_device"] + out["output_bytes_per_device"]
-                                   - out["alias_bytes_per_device"] + out["temp_bytes_per_device"]
-                                   + out["constant_bytes_per_device"])
+  out["total_bytes_per_device"] = step_bytes(memory) + out["constant_bytes_per_device"]
   out["fits"] = {name: out["total_bytes_per_device"] <= size for name, size in ACCELERATORS.items()}
   return out
 
 
 def table(p: Dict[str, Any]) -> str:
   """The plan for people (the JSON line follows it)."""
-  gib = lambda b: f"{b / 2**30:8.2f} GiB" if b >= 2**30 else f"{b / 2**20:8.2f} MiB"
+  gib = lambda b: f"{_gib(b):>12}"
   rows = [
       f"Plan: {p['devices']} devices, mesh {p['mesh']}, global batch {p['global_batch']}, "
       f"dtype {p['dtype']}, remat {p['remat']}, loss {p['loss_impl']}",

@@ -57,3 +57,27 @@ def test_devices_flag_errors_are_one_line():
     proc = _main(*args, timeout=120)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines()[-1].endswith(message), proc.stderr[-2000:]
+
+
+def test_a_step_bigger_than_the_device_is_refused_with_its_figures():
+  """check_fits: XLA's memory analysis of the compiled program (arguments + outputs - aliased +
+  temporaries) against what the device has; on the CPU the host's RAM over its devices."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import pytest  # pylint: disable=g-import-not-at-top
+  from mural import plan  # pylint: disable=g-import-not-at-top
+  from mural.state import TrainingError  # pylint: disable=g-import-not-at-top
+  x = jax.ShapeDtypeStruct((512, 1024), jnp.float32)  # 2 MiB.
+  compiled = jax.jit(lambda a, b: jnp.sin(a @ b.T) @ b).lower(x, x).compile()
+  memory = compiled.memory_analysis()
+  assert memory.argument_size_in_bytes == 2 * 2**21 and memory.output_size_in_bytes == 2**21
+  need = plan.step_bytes(memory)
+  assert need == 3 * 2**21 - memory.alias_size_in_bytes + memory.temp_size_in_bytes
+  assert memory.temp_size_in_bytes >= 2**20  # The [512, 512] product.
+  plan.check_fits(compiled, have=need)
+  mib = f"{need / 2**20:.2f} MiB"
+  with pytest.raises(TrainingError, match=rf"^the train step needs {mib} per device \(4\.00 MiB state and "
+                     rf"batch, .* more than the {mib} a cpu device has here: lower"):
+    plan.check_fits(compiled, have=need - 1)
+  ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+  assert 0 < plan.device_memory_bytes() <= ram // jax.local_device_count()

@@ -26,6 +26,7 @@ from mural import describe
 from mural import evaluate as evaluate_lib
 from mural import metric_log
 from mural import optim
+from mural import plan
 from mural import system
 from mural import systems
 from mural import step as step_lib
@@ -141,6 +142,16 @@ def test_a_setup_runs_only_the_config_it_was_built_from(uninterrupted, tmp_path)
       train.evaluate(config, str(tmp_path), setup=setup)
   finally:
     config.total_steps -= 1
+
+
+def test_a_step_the_device_cannot_hold_fails_before_the_first_step(uninterrupted, tmp_path, monkeypatch):
+  """The trainer checks the compiled step's memory (mural/plan.py check_fits) before it runs it:
+  here against a device of 1 MiB (the tiny step needs more)."""
+  config, _, _, setup = uninterrupted
+  monkeypatch.setattr(plan, "device_memory_bytes", lambda: 2**20)
+  with pytest.raises(TrainingError, match=r"^the train step needs .* more than the 1\.00 MiB a cpu device"):
+    train.train_and_evaluate(config, str(tmp_path), setup=setup, evaluators=[])
+  assert not (tmp_path / "metrics.jsonl").exists() and not any((tmp_path / "checkpoints").iterdir())
 
 
 def test_eval_mode_reads_the_latest_checkpoint_with_the_recorded_config(uninterrupted):
