@@ -81,7 +81,10 @@ def launch(num_processes: int, devices_per_process: int, args, script=None, port
       program = [script] if script else ["-m", "mural.main"]
       cmd = [sys.executable, *program, *args, f"--coordinator_address=127.0.0.1:{port}",
              f"--num_processes={num_processes}", f"--process_id={i}"]
-      p = subprocess.Popen(cmd, env=proc_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+      # A terminal's Ctrl-C goes to the whole process group: the processes ignore it and stop on
+      # the SIGTERM `forward` sends them (a KeyboardInterrupt would end them without a checkpoint).
+      p = subprocess.Popen(cmd, env=proc_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
       t = threading.Thread(target=_pump, args=(p.stdout, f"[{i}] ", sys.stdout), daemon=True)
       t.start()
       procs.append(p)

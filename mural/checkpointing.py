@@ -2,7 +2,7 @@
 
 `Checkpoints` keeps workdir/checkpoints/<step>/ with two items: 'state' (the
 whole TrainState, sharded arrays written by every process) and 'data' (every
-process's input-pipeline state, as JSON). `StopRequest` turns SIGTERM into a
+process's input-pipeline state, as JSON). `StopRequest` turns SIGTERM (and Ctrl-C) into a
 checkpoint at the next step boundary. `restore_params(workdir)` reads the
 model variables of a checkpoint without the config that wrote it.
 
@@ -549,33 +549,48 @@ def _read_params(path: epath.Path) -> dict:
 
 
 class StopRequest:
-  """SIGTERM -> stop at the next step boundary, after a checkpoint.
+  """SIGTERM, or Ctrl-C (SIGINT) -> stop at the next step boundary, after a checkpoint.
 
-  One process: a Python signal handler sets a flag. Several processes: they
-  must stop at the same step or the collectives hang, so JAX's preemption
-  sync point (jax.distributed, fed by the coordination service's SIGTERM
-  notice) decides.
+  One process: a Python signal handler sets a flag (`reason` names the
+  signal). A second Ctrl-C stops at once (KeyboardInterrupt), without the
+  checkpoint. Ctrl-C is left alone where Python's handler is not in place
+  (started with SIGINT ignored, e.g. `cmd &` in a script). Several
+  processes: they must stop at the same step or the collectives hang, so
+  JAX's preemption sync point (jax.distributed, fed by the coordination
+  service's SIGTERM notice) decides.
   """
 
   def __init__(self):
     self._flag = threading.Event()
-    self._previous = None
+    self._previous = {}
+    self.reason = "a stop request"
 
   def __enter__(self):
     if jax.process_count() == 1 and threading.current_thread() is threading.main_thread():
-      self._previous = signal.signal(signal.SIGTERM, self._handle)
+      self._previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, self._handle)
+      if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        self._previous[signal.SIGINT] = signal.signal(signal.SIGINT, self._handle)
     return self
 
   def _handle(self, signum, frame):
-    del signum, frame
-    logging.warning("SIGTERM: saving a checkpoint at the next step boundary, then stopping.")
+    del frame
+    self.reason = signal.Signals(signum).name
+    if signum == signal.SIGINT:  # The next Ctrl-C interrupts.
+      signal.signal(signal.SIGINT, self._previous[signal.SIGINT])
+      logging.warning("Ctrl-C: saving a checkpoint at the next step boundary, then stopping (Ctrl-C "
+                      "again to stop now, without it).")
+    else:
+      logging.warning("SIGTERM: saving a checkpoint at the next step boundary, then stopping.")
     self._flag.set()
 
   def __call__(self, step: int) -> bool:
     if jax.process_count() > 1:
-      return multihost_utils.reached_preemption_sync_point(step)
+      if multihost_utils.reached_preemption_sync_point(step):
+        self.reason = "a preemption notice"
+        return True
+      return False
     return self._flag.is_set()
 
   def __exit__(self, *exc):
-    if self._previous is not None:
-      signal.signal(signal.SIGTERM, self._previous)
+    for signum, previous in self._previous.items():
+      signal.signal(signum, previous)

@@ -236,6 +236,9 @@ def main(argv):
     # all; the traceback is in the log with --verbosity=1.
     logging.debug("Run failed", exc_info=True)
     _fail(1, f"{type(e).__name__}: {e}")
+  except KeyboardInterrupt:  # A second Ctrl-C in training, or one outside it (checkpointing.StopRequest).
+    _fail(130, f"interrupted (Ctrl-C) in --mode={_MODE.value}" + (
+        "; the same command resumes from the last checkpoint saved, if any" if _TRAINING else ""))
 
 
 def _use_fake_cpu_devices(n: int) -> None:

@@ -207,3 +207,16 @@ def test_launcher_names_a_dead_process_and_stops_the_rest(tmp_path):
   assert r.returncode == 3, r.stdout[-2000:] + r.stderr[-2000:]
   assert "local_multiprocess: process 1 exited with code 3; stopping the other 1 process(es)." in r.stderr
   assert elapsed < 60, elapsed
+
+
+def test_launched_processes_leave_ctrl_c_to_the_launcher(tmp_path):
+  """A terminal's Ctrl-C reaches the whole process group: the processes ignore SIGINT (Python then
+  raises no KeyboardInterrupt) and stop on the SIGTERM the launcher forwards, after a checkpoint."""
+  script = tmp_path / "report_sigint.py"
+  script.write_text("import signal\nprint('SIGINT ignored:', signal.getsignal(signal.SIGINT) is signal.SIG_IGN)\n")
+  r = subprocess.run([sys.executable, "launch/local_multiprocess.py", "--num_processes=2",
+                      "--devices_per_process=1", f"--script={script}"], cwd=ROOT,
+                     capture_output=True, text=True, timeout=120)
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert sorted(l for l in r.stdout.splitlines() if "SIGINT" in l) == [
+      "[0] SIGINT ignored: True", "[1] SIGINT ignored: True"], r.stdout

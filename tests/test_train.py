@@ -130,6 +130,28 @@ def test_sigterm_checkpoints_and_resume_matches_uninterrupted(uninterrupted, tmp
   assert train.jit_train_step(setup)._cache_size() == 1  # Three runs, one trace of the step.
 
 
+def test_ctrl_c_stops_at_the_next_step_and_a_second_one_interrupts():
+  """The trainer's stop request: a first SIGINT sets the flag as SIGTERM does (checkpoint, stop);
+  a second raises KeyboardInterrupt; both handlers are put back after."""
+  previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # pytest-xdist may ignore it.
+  try:
+    with checkpointing.StopRequest() as stop_requested:
+      assert not stop_requested(1)
+      os.kill(os.getpid(), signal.SIGINT)
+      assert stop_requested(2) and stop_requested.reason == "SIGINT"
+      with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGINT)
+        signal.sigtimedwait([], 1.0)  # Python runs the handler here at the latest.
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    # A process that ignores SIGINT (started in the background) keeps ignoring it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with checkpointing.StopRequest():
+      assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+  finally:
+    signal.signal(signal.SIGINT, previous)
+
+
 def test_a_setup_runs_only_the_config_it_was_built_from(uninterrupted, tmp_path):
   config, _, _, setup = uninterrupted
   other = tiny_config(config.data.vocab_path, total_steps=11)
