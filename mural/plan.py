@@ -24,6 +24,9 @@ What the figures are:
 The compile is XLA's CPU compile of the SPMD-partitioned step: fusion and
 layouts differ from a TPU or GPU compile, so read the figures as a plan
 (within tens of percent), not as the accelerator's allocator.
+
+Training checks its own compiled step the same way before the first step
+(`check_fits`, on the devices it runs on, so with their own compile).
 """
 
 import math
