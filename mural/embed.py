@@ -33,9 +33,9 @@ import numpy as np
 Item = Tuple[str, object]  # (id, input)
 
 
-def _fail(message: str, module: str = "mural.embed"):
+def _fail(message: str, module: str = "mural.embed", code: int = 1):
   print(f"{module}: error: {message}", file=sys.stderr)
-  sys.exit(1)
+  sys.exit(code)
 
 
 class Progress:
@@ -268,6 +268,9 @@ def main(argv=None) -> int:
                    args.lang)
   except (FileNotFoundError, ValueError) as e:
     _fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
+  except KeyboardInterrupt:
+    _fail(f"interrupted (Ctrl-C): the same command goes on after the done shards in {args.output}",
+          code=130)
   return 0
 
 

@@ -174,7 +174,7 @@ def _recalls(text_index, image_index, texts, images, text_ids, langs):
   return out
 
 
-def test_embed_index_search_reproduce_the_evaluators_recalls(trained, tmp_path, capsys):
+def test_embed_index_search_reproduce_the_evaluators_recalls(trained, tmp_path, capsys, monkeypatch):
   config, scenes = trained.config, trained.scenes
   images = tmp_path / "images"
   _png_files(scenes.images, images)
@@ -197,6 +197,23 @@ def test_embed_index_search_reproduce_the_evaluators_recalls(trained, tmp_path, 
     p.unlink()
   assert embed.main(args) == 0
   assert "resuming after 1 done shards (7 inputs)" in capsys.readouterr().err
+  assert {p.name: p.read_bytes() for p in (out / "texts").iterdir()} == before
+  # Ctrl-C while shard 1 is written: one line, exit 130; the same command goes on from there.
+  save = embed._save_shard
+  def interrupted(directory, index, *rest):
+    if index == 1:
+      raise KeyboardInterrupt
+    return save(directory, index, *rest)
+  for p in (out / "texts").glob("shard-0000[1-9].*"):
+    p.unlink()
+  monkeypatch.setattr(embed, "_save_shard", interrupted)
+  with pytest.raises(SystemExit) as stopped:
+    embed.main(args)
+  assert stopped.value.code == 130
+  assert capsys.readouterr().err.splitlines()[-1] == (
+      f"mural.embed: error: interrupted (Ctrl-C): the same command goes on after the done shards in {out}")
+  monkeypatch.setattr(embed, "_save_shard", save)
+  assert embed.main(args) == 0
   assert {p.name: p.read_bytes() for p in (out / "texts").iterdir()} == before
 
   texts, text_ids = embed.load_embeddings(str(out / "texts"))
