@@ -4,8 +4,9 @@
 
 --images: a glob of image files (id: the path), or of TFRecord files (names
   containing '.tfrecord'; --image_field holds the bytes, --id_field the id,
-  else '<file>:<record>'). --texts: a TSV file, 'id<TAB>text' per line (--lang: their
-  language, which an export with a word vocabulary per language, MULE's, needs).
+  else '<file>:<record>'). --texts: a TSV file, 'id<TAB>text' per line; an export
+  with a word vocabulary per language (MULE's) needs each text's language:
+  'id<TAB>text<TAB>lang', or --lang for lines without a third column.
 OUT/images/ and OUT/texts/ hold, per shard of --shard_size inputs,
   shard-NNNNN.npy   float16 or float32 [rows, D], L2-normalised
   shard-NNNNN.ids   one id per line, in row order
@@ -138,7 +139,7 @@ def _save_shard(directory: str, index: int, first: int, inputs: int, ids: List[s
 def embed_inputs(model, kind: str, total: Optional[int], items: Callable[[int], Iterator[Item]],
                  directory: str, shard_size: int, dtype: str, lang: Optional[str] = None) -> dict:
   """Embeds every input of `kind` ('images' | 'texts') into `directory`'s shards; returns counts.
-  `lang`: the texts' language (Model.embed_texts)."""
+  `lang`: the language of texts whose line gives none (Model.embed_texts)."""
   os.makedirs(directory, exist_ok=True)
   done = done_shards(directory)
   start = sum(s["inputs"] for s in done)
@@ -160,20 +161,27 @@ def embed_inputs(model, kind: str, total: Optional[int], items: Callable[[int], 
         if isinstance(value, Exception):
           raise value
         if kind == "texts":
-          if not value.strip():
+          text, code = value, None
+          if model.tokenizer.needs_language:  # 'id<TAB>text<TAB>lang', else --lang.
+            text, _, code = value.partition("\t")
+            code = code.strip() or lang
+          if not text.strip():
             raise ValueError("empty text")
-          pending.append((key, value))
+          if model.tokenizer.needs_language and code not in model.languages:
+            raise ValueError(f"language {code!r} is not one of this export's {model.languages}"
+                             if code else "no language (a third column, or --lang)")
+          pending.append((key, (text, code)))
         else:
           pending.append((key, model.prepare_image(value)))
       except ValueError as e:
         skipped.append([key, str(e)])
       if len(pending) == model.batch_size:
-        vectors.append(_embed(model, kind, pending, lang))
+        vectors.append(_embed(model, kind, pending))
         ids += [k for k, _ in pending]
         pending = []
       progress.add(1)
     if pending:
-      vectors.append(_embed(model, kind, pending, lang))
+      vectors.append(_embed(model, kind, pending))
       ids += [k for k, _ in pending]
     if inputs:
       matrix = np.concatenate(vectors) if vectors else np.zeros((0, model.embed_dim), np.float32)
@@ -189,9 +197,10 @@ def embed_inputs(model, kind: str, total: Optional[int], items: Callable[[int], 
   return counts
 
 
-def _embed(model, kind: str, pending, lang: Optional[str]) -> np.ndarray:
+def _embed(model, kind: str, pending) -> np.ndarray:
   if kind == "texts":
-    return model.embed_texts([v for _, v in pending], lang)
+    langs = [code for _, (_, code) in pending] if model.tokenizer.needs_language else None
+    return model.embed_texts([text for _, (text, _) in pending], langs)
   return model.embed_prepared(np.stack([v for _, v in pending]))
 
 
@@ -205,6 +214,13 @@ def check_lang(model, lang: Optional[str], flag: str = "--lang") -> None:
                      f"language, one of {model.languages}")
   if lang not in model.languages:
     raise ValueError(f"{flag}: {lang!r} is not a language of this export ({model.languages})")
+
+
+def _first_line_has_language(path: str) -> bool:
+  """Whether the TSV's first line has a third column: without one (nor --lang), an export that
+  needs languages is a usage error at once, not a file of skipped lines."""
+  with open(path, encoding="utf-8", errors="replace") as f:
+    return len(f.readline().rstrip("\n").split("\t")) >= 3
 
 
 def load_embeddings(directory: str) -> Tuple[np.ndarray, List[str]]:
@@ -225,9 +241,9 @@ def main(argv=None) -> int:
   parser = argparse.ArgumentParser(prog="python -m mural.embed", description=__doc__.split("\n")[0])
   parser.add_argument("--export", required=True, help="Export directory (--mode=export).")
   parser.add_argument("--images", help="Glob of image files or of TFRecord files.")
-  parser.add_argument("--texts", help="TSV file: id<TAB>text per line.")
-  parser.add_argument("--lang", help="The texts' language code, for an export with a vocabulary "
-                                     "per language (MULE); others ignore it.")
+  parser.add_argument("--texts", help="TSV file: id<TAB>text, or id<TAB>text<TAB>lang, per line.")
+  parser.add_argument("--lang", help="The language code of texts whose line has no third column, for "
+                                     "an export with a vocabulary per language (MULE); others ignore it.")
   parser.add_argument("--output", required=True, help="Output directory.")
   parser.add_argument("--dtype", choices=("float16", "float32"), default="float16")
   parser.add_argument("--shard_size", type=int, default=10_000, help="Inputs per shard.")
@@ -248,8 +264,10 @@ def main(argv=None) -> int:
       inputs["texts"] = text_inputs(args.texts)
     from mural import export  # pylint: disable=g-import-not-at-top
     model = export.load(args.export, args.batch_size)
-    if args.texts:
+    if args.texts and args.lang is not None:
       check_lang(model, args.lang)
+    elif args.texts and not _first_line_has_language(args.texts):
+      check_lang(model, None, "--lang (or a third column per line)")
     os.makedirs(args.output, exist_ok=True)
     settings = {"export": os.path.abspath(args.export), "step": model.manifest["step"],
                 "embed_dim": model.embed_dim, "dtype": args.dtype, "shard_size": args.shard_size,

@@ -470,11 +470,27 @@ def test_export_carries_its_words_and_frozen_backbone_and_embeds_as_the_evaluato
   args = [f"--export={moved}", f"--texts={tmp_path / 'texts.tsv'}", "--dtype=float32"]
   with pytest.raises(SystemExit):
     embed.main(args + [f"--output={tmp_path / 'none'}"])
-  assert "--lang: this export has a word vocabulary per language" in capsys.readouterr().err
+  assert "--lang (or a third column per line): this export has a word vocabulary per language" in (
+      capsys.readouterr().err)
   assert embed.main(args + [f"--output={tmp_path / 'de'}", "--lang=de"]) == 0
   vectors, ids = embed.load_embeddings(str(tmp_path / "de" / "texts"))
   assert ids == ["a", "b"]
   np.testing.assert_allclose(vectors, model.embed_texts(["ein roter Kreis", "ein blauer Kreis"], "de"), atol=1e-6)
+  # A file of several languages: a third column per line, --lang for lines without one; a line
+  # with an unknown code, or none, is skipped and counted.
+  (tmp_path / "mixed.tsv").write_text(f"a\tein roter Kreis\tde\nb\t{texts[0]}\t{langs[0]}\n"
+                                      "c\tein blauer Kreis\nd\tx\txx\n")
+  mixed = [f"--export={moved}", f"--texts={tmp_path / 'mixed.tsv'}", "--dtype=float32"]
+  assert embed.main(mixed + [f"--output={tmp_path / 'mixed'}"]) == 0
+  vectors, ids = embed.load_embeddings(str(tmp_path / "mixed" / "texts"))
+  assert ids == ["a", "b"]
+  np.testing.assert_allclose(vectors, model.embed_texts(["ein roter Kreis", texts[0]], ["de", langs[0]]),
+                             atol=1e-6)
+  skipped = json.loads((tmp_path / "mixed" / "texts" / "shard-00000.json").read_text())["skipped"]
+  assert skipped == [["c", "no language (a third column, or --lang)"],
+                     ["d", f"language 'xx' is not one of this export's {model.languages}"]]
+  assert embed.main(mixed + [f"--output={tmp_path / 'mixed_de'}", "--lang=de"]) == 0
+  assert embed.load_embeddings(str(tmp_path / "mixed_de" / "texts"))[1] == ["a", "b", "c"]
 
 
 def test_system_is_in_the_table():
