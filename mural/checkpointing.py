@@ -552,8 +552,8 @@ class StopRequest:
   """SIGTERM, or Ctrl-C (SIGINT) -> stop at the next step boundary, after a checkpoint.
 
   One process: a Python signal handler sets a flag (`reason` names the
-  signal). A second Ctrl-C stops at once (KeyboardInterrupt), without the
-  checkpoint. Ctrl-C is left alone where Python's handler is not in place
+  signal). A second Ctrl-C goes to the handler before it (Python's raises
+  KeyboardInterrupt; mural.main's exits at once), without the checkpoint. Ctrl-C is left alone where Python's handler is not in place
   (started with SIGINT ignored, e.g. `cmd &` in a script). Several
   processes: they must stop at the same step or the collectives hang, so
   JAX's preemption sync point (jax.distributed, fed by the coordination
@@ -568,7 +568,7 @@ class StopRequest:
   def __enter__(self):
     if jax.process_count() == 1 and threading.current_thread() is threading.main_thread():
       self._previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, self._handle)
-      if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+      if callable(signal.getsignal(signal.SIGINT)):  # Not SIG_IGN (started ignoring it).
         self._previous[signal.SIGINT] = signal.signal(signal.SIGINT, self._handle)
     return self
 

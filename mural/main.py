@@ -24,6 +24,7 @@ data, non-finite loss, ...); 2 bad flags or config (one line naming the field).
 import json
 import logging as std_logging
 import os
+import signal
 import sys
 import time
 import traceback
@@ -73,9 +74,9 @@ class _QuietOrbax(std_logging.Filter):
     return record.levelno >= std_logging.WARNING or "/orbax/" not in record.pathname
 
 
-def _fail(code: int, message: str):
+def _fail(code: int, message: str, at_once: bool = False):
   print(f"mural: error: {message}", file=sys.stderr)
-  if _DISTRIBUTED or _TRAINING:
+  if at_once or _DISTRIBUTED or _TRAINING:
     # sys.exit would wait at jax.distributed's shutdown barrier for peers that
     # may be stuck in a collective with this process, or for the train step
     # still compiling in its thread (train.compile_train_step_in_background): leave
@@ -165,10 +166,22 @@ def _recorded_config():
   return config
 
 
+def _interrupted(signum, frame):
+  """Ctrl-C outside the training loop's stop request (checkpointing.StopRequest), or a second one
+  in it: one line, exit 130, at once. Not a KeyboardInterrupt: one raised in a garbage-collector
+  callback (jax's) is ignored, and a normal exit under XLA's compiling threads crashed."""
+  del signum, frame
+  _fail(130, f"interrupted (Ctrl-C) in --mode={_MODE.value}" + (
+      "; the same command resumes from the last checkpoint saved, if any" if _TRAINING else ""),
+        at_once=True)
+
+
 def main(argv):
   global _TRAINING
   if len(argv) > 1:
     _fail(2, f"unexpected arguments {argv[1:]}")
+  if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # Not when started ignoring it.
+    signal.signal(signal.SIGINT, _interrupted)
   std_logging.getLogger("absl").addFilter(_QuietOrbax())
   try:
     config = _CONFIG.value
@@ -236,9 +249,6 @@ def main(argv):
     # all; the traceback is in the log with --verbosity=1.
     logging.debug("Run failed", exc_info=True)
     _fail(1, f"{type(e).__name__}: {e}")
-  except KeyboardInterrupt:  # A second Ctrl-C in training, or one outside it (checkpointing.StopRequest).
-    _fail(130, f"interrupted (Ctrl-C) in --mode={_MODE.value}" + (
-        "; the same command resumes from the last checkpoint saved, if any" if _TRAINING else ""))
 
 
 def _use_fake_cpu_devices(n: int) -> None:

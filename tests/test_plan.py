@@ -81,3 +81,28 @@ def test_a_step_bigger_than_the_device_is_refused_with_its_figures():
     plan.check_fits(compiled, have=need - 1)
   ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
   assert 0 < plan.device_memory_bytes() <= ram // jax.local_device_count()
+
+
+def test_ctrl_c_while_planning_is_one_line_and_exit_130():
+  """Ctrl-C while a paper-size plan compiles: one line and exit 130 at once (a normal interpreter
+  exit under XLA's compiling threads crashed with SIGSEGV)."""
+  import signal  # pylint: disable=g-import-not-at-top
+  import time  # pylint: disable=g-import-not-at-top
+  proc = subprocess.Popen([sys.executable, "-m", "mural.main", "--config=configs/mule.py", "--mode=plan"],
+                          cwd=ROOT, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+  try:
+    start, lines = time.time(), []
+    while time.time() - start < 30:  # JAX's backend comes up (its log line), then ~40 s of compile.
+      lines.append(proc.stderr.readline())
+      if "xla_bridge" in lines[-1] or not lines[-1]:
+        break
+    time.sleep(1)
+    assert proc.poll() is None, "".join(lines)[-2000:]
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+  finally:
+    proc.kill()
+  assert proc.returncode == 130, err[-2000:]
+  assert err.strip().splitlines()[-1] == "mural: error: interrupted (Ctrl-C) in --mode=plan"
