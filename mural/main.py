@@ -17,8 +17,10 @@ does this for CPU processes on one machine, with gloo collectives). GPU
 clusters under SLURM/MPI and Cloud TPU pods need none of these: on a TPU VM
 pod JAX finds its peers by itself (launch/tpu_pod.sh).
 
-Exit codes: 0 done; 1 the run failed (a one-line reason on stderr: missing
-data, non-finite loss, ...); 2 bad flags or config (one line naming the field).
+Exit codes: 0 done (also after SIGTERM or a first Ctrl-C in training: a
+checkpoint, then the stop); 1 the run failed (a one-line reason on stderr:
+missing data, non-finite loss, ...); 2 bad flags or config (one line naming
+the field); 130 interrupted (Ctrl-C anywhere else, or a second one).
 """
 
 import json
