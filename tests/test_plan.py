@@ -88,10 +88,15 @@ def test_ctrl_c_while_planning_is_one_line_and_exit_130():
   exit under XLA's compiling threads crashed with SIGSEGV)."""
   import signal  # pylint: disable=g-import-not-at-top
   import time  # pylint: disable=g-import-not-at-top
-  proc = subprocess.Popen([sys.executable, "-m", "mural.main", "--config=configs/mule.py", "--mode=plan"],
-                          cwd=ROOT, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True,
-                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+  # The child inherits SIGINT ignored if this process ignores it; a Python handler here is
+  # the default there (no preexec_fn: a fork of this multithreaded JAX process may deadlock).
+  previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+  try:
+    proc = subprocess.Popen([sys.executable, "-m", "mural.main", "--config=configs/mule.py", "--mode=plan"],
+                            cwd=ROOT, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  finally:
+    signal.signal(signal.SIGINT, previous)
   try:
     start, lines = time.time(), []
     while time.time() - start < 30:  # JAX's backend comes up (its log line), then ~40 s of compile.
