@@ -4,9 +4,10 @@
 
 --images: a glob of image files (id: the path), or of TFRecord files (names
   containing '.tfrecord'; --image_field holds the bytes, --id_field the id,
-  else '<file>:<record>'). --texts: a TSV file, 'id<TAB>text' per line; an export
-  with a word vocabulary per language (MULE's) needs each text's language:
-  'id<TAB>text<TAB>lang', or --lang for lines without a third column.
+  else '<file>:<record>'). --texts: a TSV file, 'id<TAB>text' or
+  'id<TAB>text<TAB>lang' per line. An export with a word vocabulary per
+  language (MULE's) needs each text's language: the third column, else --lang;
+  other exports ignore it.
 OUT/images/ and OUT/texts/ hold, per shard of --shard_size inputs,
   shard-NNNNN.npy   float16 or float32 [rows, D], L2-normalised
   shard-NNNNN.ids   one id per line, in row order
@@ -161,10 +162,8 @@ def embed_inputs(model, kind: str, total: Optional[int], items: Callable[[int], 
         if isinstance(value, Exception):
           raise value
         if kind == "texts":
-          text, code = value, None
-          if model.tokenizer.needs_language:  # 'id<TAB>text<TAB>lang', else --lang.
-            text, _, code = value.partition("\t")
-            code = code.strip() or lang
+          text, _, code = value.partition("\t")  # 'id<TAB>text<TAB>lang': the line's language.
+          code = code.strip() or lang
           if not text.strip():
             raise ValueError("empty text")
           if model.tokenizer.needs_language and code not in model.languages:

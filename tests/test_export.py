@@ -218,6 +218,12 @@ def test_embed_index_search_reproduce_the_evaluators_recalls(trained, tmp_path, 
 
   texts, text_ids = embed.load_embeddings(str(out / "texts"))
   vectors, image_ids = embed.load_embeddings(str(out / "images"))
+  # A third column is the line's language, which a shared-vocabulary export ignores: not text.
+  (tmp_path / "with_lang.tsv").write_text(f"x\t{lines[0].split(chr(9))[1]}\tde\n")
+  assert embed.main(["--export", trained.export_dir, "--texts", str(tmp_path / "with_lang.tsv"),
+                     "--output", str(tmp_path / "with_lang"), "--dtype", "float32"]) == 0
+  np.testing.assert_array_equal(embed.load_embeddings(str(tmp_path / "with_lang" / "texts"))[0],
+                                texts[text_ids.index(lines[0].split("\t")[0])][None])
 
   # TFRecord input: ids from the id feature, or '<file>:<record>' without one; float16 output.
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
