@@ -357,6 +357,7 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
           log.check_finite(checkpoints.latest_step())  # Never checkpoint a NaN state.
           checkpoints.save(step, state, train_iter.get_state(), stopper and stopper.metrics())
         if preempted:
+          checkpoints.wait()  # "Saved" means on disk: a Ctrl-C after this line loses nothing.
           logging.warning("Stopped at step %d on %s; checkpoint saved (the same command resumes).",
                           step, stop_requested.reason)
           break

@@ -7,6 +7,7 @@ compile of the train step dominates (~15-30 s per distinct step function).
 
 import functools
 import json
+import logging
 import os
 import pathlib
 import re
@@ -109,9 +110,23 @@ def test_sigterm_checkpoints_and_resume_matches_uninterrupted(uninterrupted, tmp
   ends with the same losses and parameters as the run that never stopped."""
   config, full_dir, full, setup = uninterrupted
   workdir = tmp_path / "interrupted"
-  stopped = train.train_and_evaluate(
-      config, str(workdir), train_iter=HookedIterator(_pipeline(config, workdir, setup), 7, sigterm), setup=setup)
+  on_disk_when_logged = []
+
+  class SeeCheckpoints(logging.Handler):
+    def emit(self, record):
+      if record.getMessage().startswith("Stopped at step"):
+        on_disk_when_logged.append(sorted(p.name for p in (workdir / "checkpoints").iterdir()))
+
+  watcher = SeeCheckpoints()
+  logging.getLogger("absl").addHandler(watcher)
+  try:
+    stopped = train.train_and_evaluate(
+        config, str(workdir), train_iter=HookedIterator(_pipeline(config, workdir, setup), 7, sigterm), setup=setup)
+  finally:
+    logging.getLogger("absl").removeHandler(watcher)
   assert stopped["preempted"] and stopped["step"] == 7
+  # "checkpoint saved" is logged once the save is done (an async save leaves a tmp directory before).
+  assert [[n for n in names if n.startswith("7")] for names in on_disk_when_logged] == [["7"]]
   assert sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit()) == [5, 7]
   assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # Handler restored.
 
