@@ -5,6 +5,8 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -237,7 +239,10 @@ class MuralTinyCaptions(tfds.core.GeneratorBasedBuilder):
 @pytest.fixture(scope="module")
 def tfds_dir(tmp_path_factory):
   d = str(tmp_path_factory.mktemp("tfds"))
-  MuralTinyCaptions(data_dir=d).download_and_prepare()
+  # tfds makes an empty tempfile.mkdtemp("tfds") while building (DatasetInfo.initialize_from_bucket):
+  # keep it out of /tmp.
+  with mock.patch.object(tempfile, "tempdir", str(tmp_path_factory.mktemp("tfds_tempdir"))):
+    MuralTinyCaptions(data_dir=d).download_and_prepare()
   return d
 
 
