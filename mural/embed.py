@@ -15,8 +15,8 @@ OUT/images/ and OUT/texts/ hold, per shard of --shard_size inputs,
 The .json is written last (each file written whole, then renamed): a shard
 is done when its .json exists. Inputs are read in a fixed order (sorted
 files, record order, line order), so a killed run started again skips the
-done shards and goes on from the first missing one. Unreadable images and
-empty texts are skipped and counted, never fatal. OUT/embed.json keeps the
+done shards and goes on from the first missing one. Unreadable images, and
+empty, untabbed or non-UTF-8 lines, are skipped and counted, never fatal. OUT/embed.json keeps the
 export, dtype and shard size; resuming with others is refused. Batches are
 split over the local devices (mural.export.Model).
 """
@@ -92,15 +92,21 @@ def image_inputs(pattern: str, image_field: str = "image/encoded",
 def text_inputs(path: str) -> Tuple[Optional[int], Callable[[int], Iterator[Item]]]:
   if not os.path.isfile(path):
     raise FileNotFoundError(f"--texts: {path} is not a file")
-  with open(path, encoding="utf-8", errors="replace") as f:
+  with open(path, "rb") as f:
     total = sum(1 for _ in f)
 
   def lines(start: int) -> Iterator[Item]:
-    with open(path, encoding="utf-8", errors="replace") as f:
-      for n, line in enumerate(f):
-        if n >= start:
-          key, tab, text = line.rstrip("\n").partition("\t")
-          yield (key, text) if tab else (f"line {n + 1}", ValueError("no TAB (id<TAB>text)"))
+    with open(path, "rb") as f:
+      for n, raw in enumerate(f):
+        if n < start:
+          continue
+        try:  # Not decoded with replacement characters: an id must come back as it went in.
+          line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+          yield f"line {n + 1}", ValueError(f"not UTF-8 (byte {e.start + 1})")
+          continue
+        key, tab, text = line.rstrip("\r\n").partition("\t")
+        yield (key, text) if tab else (f"line {n + 1}", ValueError("no TAB (id<TAB>text)"))
 
   return total, lines
 

@@ -180,14 +180,16 @@ def test_embed_index_search_reproduce_the_evaluators_recalls(trained, tmp_path, 
   _png_files(scenes.images, images)
   (images / "scene_999_broken.png").write_bytes(b"\x89PNG but not really")
   lines = [f"{lang}/{k}\t{c}" for lang, d in scenes.languages.items() for k, c in enumerate(d.captions)]
-  (tmp_path / "texts.tsv").write_text("\n".join(lines[:5] + ["empty/0\t ", "no tab here"] + lines[5:]) + "\n")
+  (tmp_path / "texts.tsv").write_bytes("\n".join(lines[:5] + ["empty/0\t ", "no tab here", "latin1/0\tgr\udcfcn"]
+                                                 + lines[5:]).encode("utf-8", "surrogateescape") + b"\n")
   out = tmp_path / "out"
   args = ["--export", trained.export_dir, "--images", str(images / "*.png"), "--texts",
           str(tmp_path / "texts.tsv"), "--output", str(out), "--dtype", "float32", "--shard_size", "7"]
   assert embed.main(args) == 0
   meta = [json.loads(p.read_text()) for p in sorted((out / "texts").glob("*.json"))]
-  assert [s["first"] for s in meta] == list(range(0, len(lines) + 2, 7))
-  assert sorted(r for s in meta for _, r in s["skipped"]) == ["empty text", "no TAB (id<TAB>text)"]
+  assert [s["first"] for s in meta] == list(range(0, len(lines) + 3, 7))
+  assert [k for s in meta for k in s["skipped"]] == [
+      ["empty/0", "empty text"], ["line 7", "no TAB (id<TAB>text)"], ["line 8", "not UTF-8 (byte 12)"]]
   image_meta = [json.loads(p.read_text()) for p in sorted((out / "images").glob("*.json"))]
   assert [k for s in image_meta for k, _ in s["skipped"]] == [str(images / "scene_999_broken.png")]
 
