@@ -22,6 +22,8 @@ from typing import List, Tuple
 import numpy as np
 
 TYPES = ("auto", "flat", "hnsw", "ivfpq")
+_PQ_BITS = 8  # Per sub-quantiser code: 2^8 centroids each, learned from the vectors.
+_PQ_CODES = 2 ** _PQ_BITS
 
 
 def build(vectors: np.ndarray, kind: str = "auto", flat_max: int = 50_000, hnsw_m: int = 32,
@@ -33,6 +35,12 @@ def build(vectors: np.ndarray, kind: str = "auto", flat_max: int = 50_000, hnsw_
   n, d = vectors.shape
   if kind not in TYPES:
     raise ValueError(f"--type: {kind!r} not in {TYPES}")
+  # Checked here: faiss aborts the process on some bad values (HNSW's M = 0) and takes others.
+  for flag, value, least in (("flat_max", flat_max, 0), ("hnsw_m", hnsw_m, 2), ("ef_construction", ef_construction, 1),
+                             ("ef_search", ef_search, 1), ("nlist", nlist, 0), ("pq_m", pq_m, 0),
+                             ("nprobe", nprobe, 1), ("refine", refine, 1)):
+    if not (isinstance(value, (int, np.integer)) and value >= least):
+      raise ValueError(f"--{flag} must be an int >= {least}, got {value!r}")
   if kind == "auto":
     kind = "flat" if n <= flat_max else "hnsw"
   params = {"type": kind}
@@ -44,10 +52,17 @@ def build(vectors: np.ndarray, kind: str = "auto", flat_max: int = 50_000, hnsw_
     index.hnsw.efSearch = ef_search
     params.update(hnsw_m=hnsw_m, ef_construction=ef_construction, ef_search=ef_search)
   else:
+    if n < _PQ_CODES:
+      raise ValueError(f"--type=ivfpq: {n} vectors, and its product quantiser learns {_PQ_CODES} codes per "
+                       "part from at least as many: use --type=flat or hnsw")
     nlist = nlist or max(1, min(int(4 * np.sqrt(n)), n // 39))  # faiss wants >= 39 points per list.
+    if nlist > n:
+      raise ValueError(f"--nlist {nlist}: more inverted lists than the {n} vectors")
+    if pq_m and d % pq_m:
+      raise ValueError(f"--pq_m {pq_m} does not divide the vectors' dimension {d}")
     pq_m = pq_m or next(m for m in (d // 4, d // 2, d, 1) if m and d % m == 0)
     quantizer = faiss.IndexFlatIP(d)
-    ivf = faiss.IndexIVFPQ(quantizer, d, nlist, pq_m, 8, faiss.METRIC_INNER_PRODUCT)
+    ivf = faiss.IndexIVFPQ(quantizer, d, nlist, pq_m, _PQ_BITS, faiss.METRIC_INNER_PRODUCT)
     ivf.cp.seed = seed
     train = vectors if n <= 100_000 else vectors[np.random.default_rng(seed).choice(n, 100_000, replace=False)]
     ivf.train(train)
@@ -79,6 +94,8 @@ class Index:
       self.ids = f.read().splitlines()
 
   def search(self, queries: np.ndarray, k: int) -> Tuple[np.ndarray, List[List[str]]]:
+    if not (isinstance(k, (int, np.integer)) and k >= 1):
+      raise ValueError(f"k must be an int >= 1, got {k!r}")
     queries = np.ascontiguousarray(np.atleast_2d(queries), np.float32)
     scores, rows = self.index.search(queries, min(k, len(self.ids)))
     return scores, [[self.ids[r] for r in row if r >= 0] for row in rows]

@@ -29,6 +29,9 @@ def main(argv=None) -> int:
   if args.query is not None and not args.query.strip():
     print("mural.search: error: --query is empty", file=sys.stderr)
     return 2
+  if args.k < 1:
+    print(f"mural.search: error: -k must be >= 1, got {args.k}", file=sys.stderr)
+    return 2
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   try:
     from mural import embed  # pylint: disable=g-import-not-at-top

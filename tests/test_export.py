@@ -10,6 +10,7 @@ trained model's loss on that batch.
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import types
@@ -436,3 +437,32 @@ def test_export_command_line_errors_are_one_line(tmp_path):
   assert run.returncode == 1
   errors = [l for l in run.stderr.splitlines() if l.startswith("mural: error:")]
   assert errors and "no checkpoint" in errors[0], run.stderr[-2000:]
+
+
+def test_index_settings_are_checked_before_faiss(tmp_path):
+  """faiss aborts the process on HNSW's M = 0 and raises deep in C++ on an ivfpq it cannot train:
+  each is one ValueError naming the flag, and the command line's error is one line."""
+  vectors = np.random.default_rng(0).normal(size=(300, 16)).astype(np.float32)
+  vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+  for kwargs, message in [
+      (dict(kind="hnsw", hnsw_m=0), "--hnsw_m must be an int >= 2, got 0"),
+      (dict(kind="hnsw", ef_search=0), "--ef_search must be an int >= 1"),
+      (dict(kind="ivfpq", nprobe=0), "--nprobe must be an int >= 1"),
+      (dict(flat_max=-1), "--flat_max must be an int >= 0"),
+      (dict(kind="ivfpq", pq_m=5), "--pq_m 5 does not divide the vectors' dimension 16"),
+      (dict(kind="ivfpq", nlist=301), "--nlist 301: more inverted lists than the 300 vectors"),
+  ]:
+    with pytest.raises(ValueError, match=re.escape(message)):
+      index_lib.build(vectors, **kwargs)
+  with pytest.raises(ValueError, match="--type=ivfpq: 255 vectors"):
+    index_lib.build(vectors[:255], "ivfpq")
+  index, params = index_lib.build(vectors, "ivfpq", pq_m=8)  # The least it trains from.
+  assert params["pq_m"] == 8 and params["nlist"] == 7
+  index_lib.save(index, params, [str(i) for i in range(300)], str(tmp_path / "ivfpq"), {})
+  saved = index_lib.Index(str(tmp_path / "ivfpq"))
+  _, hits = saved.search(vectors[:5], 1)
+  assert hits == [["0"], ["1"], ["2"], ["3"], ["4"]]  # Re-ranked exactly: each finds itself.
+  with pytest.raises(ValueError, match="k must be an int >= 1, got 0"):
+    saved.search(vectors[:1], 0)
+  assert search.main(["--export", str(tmp_path), "--index", str(tmp_path / "ivfpq"), "--query", "x",
+                      "-k", "0"]) == 2
