@@ -48,6 +48,8 @@ def canonical_correlations(x: np.ndarray, y: np.ndarray, keep: float = 0.99) -> 
     raise ValueError(f"svcca: the views have {len(x)} and {len(y)} points; they must be the same points")
   if not 0.0 < keep <= 1.0:
     raise ValueError(f"svcca: keep must be in (0, 1], got {keep}")
+  if len(x) < 3:
+    raise ValueError(f"svcca: {len(x)} points; it compares many (any 2 are linearly related)")
   bx, by = _kept_basis(x, keep), _kept_basis(y, keep)
   kept = max(bx.shape[1], by.shape[1])
   if len(x) < 2 * kept:

@@ -72,6 +72,9 @@ def test_bad_input_is_a_clear_error(tmp_path):
     svcca.svcca(rng.normal(size=(50, 2)), rng.normal(size=(40, 2)))
   with pytest.raises(ValueError, match="CCA needs at least twice as many points"):
     svcca.svcca(rng.normal(size=(10, 8)), rng.normal(size=(10, 8)), keep=1.0)
+  for n in (1, 2):  # Not "a view is constant": too few sentences.
+    with pytest.raises(ValueError, match=f"svcca: {n} points; it compares many"):
+      svcca.svcca(rng.normal(size=(n, 1)), rng.normal(size=(n, 1)))
   with pytest.raises(ValueError, match="a view is constant"):
     svcca.svcca(np.ones((50, 3)), rng.normal(size=(50, 3)))
   with pytest.raises(ValueError, match=r"keep must be in \(0, 1\]"):
