@@ -15,12 +15,13 @@ import sys
 import tempfile
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from mural import data  # pylint: disable=g-import-not-at-top
+
+data.set_tensorflow_env_defaults()  # As mural's commands run TensorFlow: before it loads.
 
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 from mural import config_lib  # pylint: disable=g-import-not-at-top
-from mural import data  # pylint: disable=g-import-not-at-top
 from mural import system  # pylint: disable=g-import-not-at-top
 from mural import systems  # pylint: disable=g-import-not-at-top
 from mural.data import pipeline  # pylint: disable=g-import-not-at-top

@@ -120,7 +120,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # Run from a checkout.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench_convs, bench_pipeline.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from mural import data as _data  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+_data.set_tensorflow_env_defaults()  # As mural's commands run TensorFlow: before it loads.
 
 MATMUL = 4096
 

@@ -15,8 +15,10 @@ import statistics
 import sys
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # Run from a checkout.
+from mural import data as _data  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+_data.set_tensorflow_env_defaults()  # As mural's commands run TensorFlow: before it loads.
 
 
 def _median_rate(fn, n: int, repeats: int) -> float:

@@ -26,11 +26,12 @@ import sys
 import tempfile
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from mural import data  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+data.set_tensorflow_env_defaults()  # As mural's commands run TensorFlow: before it loads.
 
 from configs import demo  # pylint: disable=g-import-not-at-top
-from mural import data  # pylint: disable=g-import-not-at-top
 from mural import system  # pylint: disable=g-import-not-at-top
 from mural import systems  # pylint: disable=g-import-not-at-top
 from mural.data import pipeline  # pylint: disable=g-import-not-at-top

@@ -16,9 +16,9 @@ The .json is written last (each file written whole, then renamed): a shard
 is done when its .json exists. Inputs are read in a fixed order (sorted
 files, record order, line order), so a killed run started again skips the
 done shards and goes on from the first missing one. Unreadable images, and
-empty, untabbed or non-UTF-8 lines, are skipped and counted, never fatal. OUT/embed.json keeps the
-export, dtype and shard size; resuming with others is refused. Batches are
-split over the local devices (mural.export.Model).
+empty, untabbed or non-UTF-8 lines, are skipped and counted, never fatal.
+OUT/embed.json keeps the export, dtype and shard size; resuming with others
+is refused. Batches are split over the local devices (mural.export.Model).
 """
 
 import argparse
@@ -260,7 +260,8 @@ def main(argv=None) -> int:
     _fail("give --images and/or --texts")
   if args.shard_size < 1:
     _fail("--shard_size must be >= 1")
-  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  from mural import data  # pylint: disable=g-import-not-at-top
+  data.set_tensorflow_env_defaults()  # Before TensorFlow loads.
   try:
     inputs = {}
     if args.images:

@@ -33,8 +33,9 @@ import traceback
 
 _START = time.monotonic()  # The run's wall time is reported from here (imports included).
 
-# TensorFlow (the input pipeline) logs INFO lines about CPU features at import.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from mural import data  # pylint: disable=g-import-not-at-top  (light: no TensorFlow yet)
+
+data.set_tensorflow_env_defaults()  # Before anything loads TensorFlow.
 
 from absl import app
 from absl import flags
@@ -45,7 +46,6 @@ from ml_collections import config_flags
 # Only light modules here: flags and the config (and their mistakes) come
 # before TensorFlow and JAX load (see main()).
 from mural import config_lib
-from mural import data
 from mural import host_memory
 from mural import systems
 

@@ -9,7 +9,6 @@ any index kind: text -> images, image -> texts, text -> texts, image -> images
 """
 
 import argparse
-import os
 import sys
 
 
@@ -32,7 +31,8 @@ def main(argv=None) -> int:
   if args.k < 1:
     print(f"mural.search: error: -k must be >= 1, got {args.k}", file=sys.stderr)
     return 2
-  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  from mural import data  # pylint: disable=g-import-not-at-top
+  data.set_tensorflow_env_defaults()  # Before TensorFlow loads.
   try:
     from mural import embed  # pylint: disable=g-import-not-at-top
     from mural import export  # pylint: disable=g-import-not-at-top

@@ -24,7 +24,6 @@ Prints the languages' similarity matrix and their 2-D Laplacian eigenmap, then o
 import argparse
 import csv
 import json
-import os
 import sys
 from typing import Dict, Sequence
 
@@ -135,7 +134,8 @@ def main(argv: Sequence[str] = None) -> Dict[str, Dict[str, float]]:
   p.add_argument("--scenes", type=int, default=1000, help="without --texts: held-out synthetic scenes")
   p.add_argument("--keep", type=float, default=0.99, help="share of each view's variance kept (SV step)")
   args = p.parse_args(argv)
-  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # Before TensorFlow loads (the tokenizer).
+  from mural import data  # pylint: disable=g-import-not-at-top
+  data.set_tensorflow_env_defaults()  # Before TensorFlow loads.
   from mural import export  # pylint: disable=g-import-not-at-top
   texts = read_parallel_tsv(args.texts) if args.texts else synthetic_parallel(args.export, args.scenes)
   model = export.load(args.export)

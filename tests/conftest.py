@@ -13,7 +13,9 @@ import pathlib
 import subprocess
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # Before anything imports TensorFlow.
+from mural import data as _data  # pylint: disable=g-import-not-at-top  (light: no TensorFlow)
+
+_data.set_tensorflow_env_defaults()  # As mural's commands run TensorFlow; before anything loads it.
 
 # Two XLA CPU flags for the tests (set before anything imports JAX; subprocesses
 # inherit them through `xla_flags`). The tests' programs are tiny and their time

@@ -2,6 +2,7 @@
 CUDA probe on a machine without CUDA prints nothing through mural's entry points."""
 
 import os
+import platform
 import subprocess
 import sys
 
@@ -25,6 +26,21 @@ def test_hiding_accelerators_prints_no_cuda_lines():
   assert r.returncode == 0, r.stderr[-2000:]
   for mark in ("cudart_stub", "cuda_platform", "cuInit", "InitializeLog"):  # The probe's own lines.
     assert mark not in r.stderr, r.stderr
+
+
+def test_tensorflow_as_mural_sets_it_up_prints_no_onednn_lines():
+  """TensorFlow's oneDNN rewrites, off by mural's default, announce themselves at import."""
+  env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "TF_ENABLE_ONEDNN_OPTS")}
+  start = "import tensorflow as tf; print(tf.constant(1).numpy())"
+  stderr = {}
+  for name, setup in (("plain", ""), ("mural", "from mural import data; data.set_tensorflow_env_defaults(); ")):
+    r = subprocess.run([sys.executable, "-c", setup + start], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    stderr[name] = r.stderr
+  assert "oneDNN" not in stderr["mural"], stderr["mural"][-2000:]
+  if platform.machine() == "x86_64":  # Where TensorFlow's wheels have oneDNN on by default.
+    assert "oneDNN custom operations are on" in stderr["plain"], stderr["plain"][-2000:]
 
 
 def test_building_the_model_and_step_loads_no_tensorflow():

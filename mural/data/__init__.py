@@ -13,6 +13,17 @@ _CUDA_PROBE_LINES = ("cudart_stub.cc", "cuda_platform.cc", "cuda_executor.cc", "
                      "Unable to register cu", "TF-TRT Warning", "before absl::InitializeLog() is called")
 
 
+def set_tensorflow_env_defaults() -> None:
+  """What mural's commands ask of TensorFlow unless the environment says otherwise; call it
+  before TensorFlow loads. TensorFlow runs only the input pipeline here: no INFO lines
+  (TF_CPP_MIN_LOG_LEVEL 2), and its oneDNN graph rewrites off (TF_ENABLE_ONEDNN_OPTS 0),
+  which the pipeline's ops do not gain from (benchmarks/README.md, "TensorFlow's oneDNN
+  rewrites") and which write "oneDNN custom operations are on" twice at import and an
+  E-level "oneDNN supports DT_INT64 only on platforms with AVX-512" at the first batch."""
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+
+
 @contextlib.contextmanager
 def _without_cuda_probe_lines():
   """Drops _CUDA_PROBE_LINES from what the block writes to fd 2; the rest comes through after it."""
