@@ -190,8 +190,9 @@ class _AbandonedTaskLogs(std_logging.Filter):
 
 class _StepMetadataLogs(std_logging.Filter):
   """orbax's complaints about a step's _CHECKPOINT_METADATA (a missing file, its whole text when
-  it does not parse) while it lists steps. That file holds only timestamps: a step
-  that is really broken gets its own one-line warning when it is restored."""
+  it does not parse) while it lists steps or reads one item of a step (which has none of its
+  own). That file holds only timestamps: a step that is really broken gets its own one-line
+  warning when it is restored."""
 
   def filter(self, record):
     return not record.pathname.endswith(os.path.join("orbax", "checkpoint", "_src", "metadata",
@@ -527,7 +528,7 @@ def read_params(workdir: str, step: Optional[int] = None) -> Tuple[int, dict]:
   for candidate in steps:
     path = directory(workdir) / str(candidate) / "state"
     try:
-      with _quiet_failed_read(path.parent):
+      with _quiet_failed_read(path.parent), _listing():  # The item has no _CHECKPOINT_METADATA.
         return candidate, _read_params(path)
     except Exception as e:  # pylint: disable=broad-exception-caught
       if _not_the_checkpoint_files(e):
