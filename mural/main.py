@@ -76,6 +76,16 @@ class _QuietOrbax(std_logging.Filter):
     return record.levelno >= std_logging.WARNING or "/orbax/" not in record.pathname
 
 
+class _NoTpuProbe(std_logging.Filter):
+  """JAX tries every backend it has a plugin for, and where libtpu is not installed logs
+  "Unable to initialize backend 'tpu': INTERNAL: Failed to open libtpu.so ..." at INFO on
+  every run. Other backends' failures (a GPU's CUDA) stay: they say why a device is unused."""
+
+  def filter(self, record):
+    return not (record.levelno < std_logging.WARNING and "backend 'tpu'" in record.getMessage()
+                and "libtpu.so: cannot open shared object file" in record.getMessage())
+
+
 def _fail(code: int, message: str, at_once: bool = False):
   print(f"mural: error: {message}", file=sys.stderr)
   if at_once or _DISTRIBUTED or _TRAINING:
@@ -185,6 +195,7 @@ def main(argv):
   if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # Not when started ignoring it.
     signal.signal(signal.SIGINT, _interrupted)
   std_logging.getLogger("absl").addFilter(_QuietOrbax())
+  std_logging.getLogger("jax._src.xla_bridge").addFilter(_NoTpuProbe())
   try:
     config = _CONFIG.value
     if config is None:

@@ -572,3 +572,18 @@ def test_a_backend_this_host_lacks_is_one_line_exit_2(monkeypatch, capsys):
       "Failed to open libtpu.so (set JAX_PLATFORMS='' to automatically choose an available backend)"]
   monkeypatch.undo()
   main._start_backend()  # pylint: disable=protected-access  (this host's CPU: nothing to say)
+
+
+def test_jaxs_probe_of_a_tpu_without_libtpu_is_not_logged():
+  """JAX's INFO line for the TPU plugin it cannot load, on every run of a host without libtpu, is
+  dropped; a backend that failed otherwise (a GPU's CUDA) is still logged."""
+  from mural import main  # pylint: disable=g-import-not-at-top  (its absl flags: this test only)
+
+  def record(message, level=logging.INFO):
+    return logging.LogRecord("jax._src.xla_bridge", level, "xla_bridge.py", 849, message, (), None)
+
+  quiet = main._NoTpuProbe()  # pylint: disable=protected-access
+  assert not quiet.filter(record("Unable to initialize backend 'tpu': INTERNAL: Failed to open libtpu.so: "
+                                 "libtpu.so: cannot open shared object file: No such file or directory"))
+  assert quiet.filter(record("Unable to initialize backend 'cuda': FAILED_PRECONDITION: No visible GPU devices."))
+  assert quiet.filter(record("Unable to initialize backend 'tpu': INTERNAL: TPU is in use by process 42"))
