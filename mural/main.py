@@ -138,9 +138,11 @@ def _start_backend() -> None:
   JAX call deep in the trainer."""
   import jax  # pylint: disable=g-import-not-at-top
   try:
-    jax.devices()
+    devices = jax.devices()
   except RuntimeError as e:
     _fail(2, f"JAX cannot start a backend here: {_one_line(str(e))}")
+  logging.info("JAX's backend: %s, %d devices (%s) over %d processes.", jax.default_backend(), len(devices),
+               devices[0].device_kind, jax.process_count())
 
 
 def _config_error(e: BaseException) -> str:

@@ -34,6 +34,7 @@ import os
 from typing import Any, Dict, Optional
 
 import jax
+from absl import logging
 import numpy as np
 
 from mural import models
@@ -110,6 +111,8 @@ def _gib(n: int) -> str:
 def plan(config) -> Dict[str, Any]:
   """Compiles config's train step for the devices JAX sees; the figures above, as a dict."""
   setup = train.build(config)
+  logging.info("Compiling the train step for %d devices (mesh %s): at paper sizes, minutes.",
+               setup.mesh.size, dict(setup.mesh.shape))
   state = sharding.with_shardings(setup.abstract_state, setup.state_shardings)
   batch = {task: {k: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=setup.data_sharding)
                   for k, s in shapes.items()}
