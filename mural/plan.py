@@ -110,9 +110,10 @@ def _gib(n: int) -> str:
 
 def plan(config) -> Dict[str, Any]:
   """Compiles config's train step for the devices JAX sees; the figures above, as a dict."""
+  devices = jax.devices()  # The backend first: the line below says the plan has begun.
+  logging.info("Planning for %d %s devices: the model, then its train step's compile (minutes at "
+               "paper sizes).", len(devices), devices[0].platform)
   setup = train.build(config)
-  logging.info("Compiling the train step for %d devices (mesh %s): at paper sizes, minutes.",
-               setup.mesh.size, dict(setup.mesh.shape))
   state = sharding.with_shardings(setup.abstract_state, setup.state_shardings)
   batch = {task: {k: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=setup.data_sharding)
                   for k, s in shapes.items()}
