@@ -260,6 +260,8 @@ def main(argv=None) -> int:
     _fail("give --images and/or --texts")
   if args.shard_size < 1:
     _fail("--shard_size must be >= 1")
+  if args.batch_size < 1:
+    _fail("--batch_size must be >= 1")
   from mural import data  # pylint: disable=g-import-not-at-top
   data.set_tensorflow_env_defaults()  # Before TensorFlow loads.
   try:

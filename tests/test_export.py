@@ -466,3 +466,13 @@ def test_index_settings_are_checked_before_faiss(tmp_path):
     saved.search(vectors[:1], 0)
   assert search.main(["--export", str(tmp_path), "--index", str(tmp_path / "ivfpq"), "--query", "x",
                       "-k", "0"]) == 2
+
+
+@pytest.mark.parametrize("flag", ["--shard_size", "--batch_size"])
+def test_embed_sizes_below_one_are_one_line(flag, tmp_path, capsys):
+  """Checked before the export loads (--batch_size=0 ended in "range() arg 3 must not be zero")."""
+  with pytest.raises(SystemExit) as exit_info:
+    embed.main(["--export", str(tmp_path), "--texts", str(tmp_path / "t.tsv"), "--output", str(tmp_path / "o"),
+                flag, "0"])
+  assert exit_info.value.code == 1
+  assert capsys.readouterr().err.strip() == f"mural.embed: error: {flag} must be >= 1"
