@@ -390,6 +390,24 @@ def words_file(tmp_path_factory):
     return word_vocab.learn(c, system.active_tasks(smalr.SYSTEM, c), str(tmp_path_factory.mktemp("words")))
 
 
+def test_phase_1_learns_the_words_of_the_caption_task_it_leaves_at_weight_0(tmp_path, caplog):
+  """Phase 1 trains on pairs alone, and its words file is phase 2's vocabulary: a caption language
+  without pairs (sw, as Flickr8k's zh and ar) needs its words from the weight-0 caption task."""
+  c = tiny_smalr_config("pretrain", **{"data.synthetic.translation_pair_list": ("en-de",)})
+  assert [t.name for t in system.active_tasks(smalr.SYSTEM, c)] == ["latent"]
+  with records_per_source(200):
+    path = word_vocab.learn(c, system.active_tasks(smalr.SYSTEM, c), str(tmp_path))
+  data = json.loads(open(path).read())
+  assert all(len(data["words"][l]) > 10 for l in LANGS)
+  data["words"]["sw"] = []  # A words file of other data: sw's words would all read as unknown.
+  no_sw = tmp_path / "no_sw.json"
+  no_sw.write_text(json.dumps(data))
+  with caplog.at_level("WARNING"):
+    word_vocab.WordTokenizer(str(no_sw), LANGS, 48, 16)
+  (warning,) = [r.getMessage() for r in caplog.records if "has no word of" in r.getMessage()]
+  assert "no word of sw:" in warning
+
+
 def _workdir(tmp_path_factory, name, words_file):
   workdir = tmp_path_factory.mktemp(name)
   shutil.copy(words_file, workdir / word_vocab.FILE_NAME)

@@ -25,9 +25,14 @@ over the languages, and a word spelt the same in two languages is one row.
 The file then holds one word list under the key UNION, and the tokenizer needs
 no language index.
 
-The text comes from every active task's training sources (the record kind's
-`text_langs`: which language field names each text field's language), up to
+The text comes from the training sources of every task the system configures
+with sources, those at weight 0 included (the record kind's `text_langs`: which
+language field names each text field's language), up to
 training_text.RECORDS_PER_SOURCE records each; process 0 writes workdir/words.json.
+A pre-training phase (SMALR's latent vocabulary, MULE's LP) trains on sentence
+pairs with the image-caption task at weight 0, and its words.json is the later
+phase's vocabulary (config.data.word_vocab_path): it holds the caption
+languages too, where pairs alone left Flickr8k's zh and ar without a word.
 """
 
 import collections
@@ -125,6 +130,11 @@ class WordTokenizer:
     self.languages = list(languages)
     blocks = [UNION] if union else self.languages  # Block b owns ids [b*N, (b+1)*N).
     self.words = {l: list(data["words"][l]) for l in blocks}
+    empty = [l for l in blocks if not self.words[l]]
+    if empty:
+      logging.warning("The word vocabulary %s has no word of %s: every word of theirs reads as unknown "
+                      "(no training text in that language%s).", path, ", ".join(empty),
+                      "" if union else "; data.word_vocab_path from a run of other data?")
     too_many = {l: len(w) for l, w in self.words.items() if len(w) > n - FIRST_WORD}
     if too_many:
       raise config_lib.ConfigError(
@@ -202,14 +212,25 @@ def tokenizer(config, tasks: Sequence, workdir: str, learn_missing: bool = True)
   return WordTokenizer(str(path), config.data.languages, t.words_per_language, t.max_len, union)
 
 
+def with_weight_zero_tasks(config, tasks: Sequence) -> tuple:
+  """`tasks` and the system's other tasks with sources (weight 0: a pre-training phase's)."""
+  from mural import systems  # pylint: disable=g-import-not-at-top
+  names = {t.name for t in tasks}
+  return tuple(tasks) + tuple(t for t in systems.get(config).tasks(config)
+                              if t.sources and t.name not in names)
+
+
 def learn(config, tasks: Sequence, workdir: str) -> str:
-  """workdir/words.json from the tasks' training text, unless it exists. Touches no JAX device."""
+  """workdir/words.json from the training text of `tasks` and the system's weight-0 tasks with
+  sources (the module's docstring says why), unless it exists. Touches no JAX device."""
   if config.data.get("word_vocab_path", ""):
     return config.data.word_vocab_path
   path = epath.Path(workdir) / FILE_NAME
   if not path.exists():
     languages = list(config.data.languages)
-    logging.info("Learning word vocabularies (%s) into %s.", languages, path)
+    tasks = with_weight_zero_tasks(config, tasks)
+    logging.info("Learning word vocabularies (%s) into %s from tasks %s.", languages, path,
+                 [t.name for t in tasks])
     counts = count_words(list(training_texts(config, tasks)), languages)
     if config.data.get("word_vocab_union", False):
       counts = union_counts(counts)
