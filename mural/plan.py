@@ -86,18 +86,27 @@ def device_memory_bytes() -> Optional[int]:
   return ram // jax.local_device_count()
 
 
-def check_fits(compiled, have: Optional[int] = None) -> None:
+def constant_bytes(config, model) -> int:
+  """A frozen backbone's variables (MULE, SMALR, Kadar et al.): constants of the step's program,
+  a copy on every device, which XLA's memory analysis leaves out."""
+  return int(sum(np.asarray(x).nbytes for x in jax.tree.leaves(models.frozen_inputs(config, model))))
+
+
+def check_fits(compiled, constants: int = 0, have: Optional[int] = None) -> None:
   """A train step that needs more memory than a device has is a clear error before its first
   step, not XLA's RESOURCE_EXHAUSTED after it (or, on a CPU host, the kernel's OOM killer).
 
-  `have`: the device's bytes (default device_memory_bytes()); nothing is checked when unknown."""
+  `constants`: the program's constant bytes (constant_bytes); `have`: the device's bytes
+  (default device_memory_bytes()); nothing is checked when unknown."""
   have = device_memory_bytes() if have is None else have
   memory = compiled.memory_analysis()
-  if not have or memory is None or step_bytes(memory) <= have:
+  if not have or memory is None or step_bytes(memory) + constants <= have:
     return
+  frozen = f"; {_gib(constants)} a frozen backbone's constants" if constants else ""
   raise TrainingError(
-      f"the train step needs {_gib(step_bytes(memory))} per device ({_gib(memory.argument_size_in_bytes)} "
-      f"state and batch, {_gib(memory.temp_size_in_bytes)} temporaries: XLA's memory analysis), "
+      f"the train step needs {_gib(step_bytes(memory) + constants)} per device "
+      f"({_gib(memory.argument_size_in_bytes)} state and batch, {_gib(memory.temp_size_in_bytes)} "
+      f"temporaries: XLA's memory analysis{frozen}), "
       f"more than the {_gib(have)} a {jax.local_devices()[0].platform} device has here: lower the "
       "batch size, image size or model.text.max_len, set model.image.remat / model.text.remat, or "
       "split the batch (optim.grad_accum_steps); --mode=plan prints these figures for any config "
@@ -138,8 +147,7 @@ def plan(config) -> Dict[str, Any]:
       output_bytes_per_device=int(memory.output_size_in_bytes),
       alias_bytes_per_device=int(memory.alias_size_in_bytes),
       temp_bytes_per_device=int(memory.temp_size_in_bytes),
-      constant_bytes_per_device=int(sum(np.asarray(x).nbytes for x in
-                                        jax.tree.leaves(models.frozen_inputs(config, setup.model)))),
+      constant_bytes_per_device=constant_bytes(config, setup.model),
       flops_per_step=float(cost.get("flops", 0.0)) * devices,
   )
   out["total_bytes_per_device"] = step_bytes(memory) + out["constant_bytes_per_device"]

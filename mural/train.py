@@ -346,7 +346,7 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
   trace = metric_log.StepTrace(config.profile, workdir)
   if compiling is not None:
     from mural import plan  # pylint: disable=g-import-not-at-top  (plan imports this module)
-    plan.check_fits(compiling.result())
+    plan.check_fits(compiling.result(), plan.constant_bytes(config, setup.model))
   host_memory.release_freed_memory()  # The compile's freed heap (~1 GiB at bench_step's size).
   total = config.total_steps
   preempted = False

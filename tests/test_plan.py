@@ -61,7 +61,8 @@ def test_devices_flag_errors_are_one_line():
 
 def test_a_step_bigger_than_the_device_is_refused_with_its_figures():
   """check_fits: XLA's memory analysis of the compiled program (arguments + outputs - aliased +
-  temporaries) against what the device has; on the CPU the host's RAM over its devices."""
+  temporaries) and a frozen backbone's constants against what the device has; on the CPU the
+  host's RAM over its devices."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import pytest  # pylint: disable=g-import-not-at-top
@@ -79,6 +80,9 @@ def test_a_step_bigger_than_the_device_is_refused_with_its_figures():
   with pytest.raises(TrainingError, match=rf"^the train step needs {mib} per device \(4\.00 MiB state and "
                      rf"batch, .* more than the {mib} a cpu device has here: lower"):
     plan.check_fits(compiled, have=need - 1)
+  with pytest.raises(TrainingError, match=r"XLA's memory analysis; 1\.00 MiB a frozen backbone's constants\)"):
+    plan.check_fits(compiled, constants=2**20, have=need + 2**20 - 1)  # Constants: not in the analysis.
+  plan.check_fits(compiled, constants=2**20, have=need + 2**20)
   ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
   assert 0 < plan.device_memory_bytes() <= ram // jax.local_device_count()
 
