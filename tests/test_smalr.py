@@ -23,6 +23,7 @@ from mural import metrics
 from mural import system
 from mural import systems
 from mural import train
+from mural.data import training_text
 from mural.data import word_vocab
 from mural.models import hem
 from mural.systems import smalr
@@ -399,6 +400,14 @@ def test_phase_1_learns_the_words_of_the_caption_task_it_leaves_at_weight_0(tmp_
     path = word_vocab.learn(c, system.active_tasks(smalr.SYSTEM, c), str(tmp_path))
   data = json.loads(open(path).read())
   assert all(len(data["words"][l]) > 10 for l in LANGS)
+  main = tiny_smalr_config(**{"data.synthetic.translation_pair_list": ("en-de",)})
+  with records_per_source(200):  # Phase 2's own: the pairs the latent task shares count once.
+    alone = word_vocab.learn(main, system.active_tasks(smalr.SYSTEM, main), str(tmp_path / "main"))
+  assert json.loads(open(alone).read()) == data
+  tasks = {t.name: t for t in smalr.tasks(c)}
+  with records_per_source(50):
+    read = [task.name for task, _ in training_text.training_records(c, [tasks["latent"], tasks["pairs"]])]
+  assert read == ["latent"] * 50  # One source of the two tasks: read once.
   data["words"]["sw"] = []  # A words file of other data: sw's words would all read as unknown.
   no_sw = tmp_path / "no_sw.json"
   no_sw.write_text(json.dumps(data))

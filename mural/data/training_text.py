@@ -1,10 +1,12 @@
 """The training text that vocabularies learn from: the first RECORDS_PER_SOURCE records of each
-active task's training sources, their text and language fields only.
+active task's training sources, their text and language fields only. A source two tasks read
+as the same record kind (SMALR's pairs and latent tasks) is read once: its text counts once.
 
 Its own module so that both vocabularies (vocab.py's wordpiece, word_vocab.py's per-language
 words) read the same records from below, and neither imports the other back.
 """
 
+import json
 from typing import Iterator, Sequence
 
 from mural.data import records
@@ -21,9 +23,15 @@ def training_records(config, tasks: Sequence) -> Iterator[tuple]:
 
   Read in batches of the text fields: a tf.data element per record costs more than the record
   (the demo's 20k records: 26 s one by one, images included)."""
+  seen = set()
   for task in tasks:
     fields = set(task.input.text_fields) | {f for pair in getattr(task.input, "text_langs", ()) for f in pair}
     for sc in task.sources:
+      key = (task.input.name, json.dumps({k: v for k, v in dict(sc).items() if k != "weight"},
+                                         sort_keys=True, default=str))
+      if key in seen:
+        continue
+      seen.add(key)
       ds = task.input.table[sc["name"]](dict(sc), "train", 0, 1, config=config)
       if isinstance(ds, sources.Endless):
         ds = (ds.open_text_at or ds.open_at)(0)

@@ -191,8 +191,8 @@ class WordTokenizer:
 
 
 def tokenizer(config, tasks: Sequence, workdir: str, learn_missing: bool = True) -> WordTokenizer:
-  """config.data.word_vocab_path, else workdir/words.json (learned from the tasks' training text
-  once, by process 0), as a tokenizer."""
+  """config.data.word_vocab_path, else workdir/words.json (learned once, by process 0: `learn`),
+  as a tokenizer."""
   import jax  # pylint: disable=g-import-not-at-top
   from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
   t = config.model.text
