@@ -16,7 +16,10 @@
 The frozen backbone is configs/flickr8k.py's image tower (train it first, as
 for configs/mule_flickr8k.py). K = 1000 specific words per language of 8000
 rows, 4000 latent tokens. About 750 training images: this checks the whole
-path on real photos and text, it gives no paper numbers.
+path on real photos and text, it gives no paper numbers. Measured (2-core
+AVX-512 EPYC): phase 1 learns all six languages' words (zh 509, ar 783) and
+runs 3000 steps at 1.3-3.1 steps/s; phase 2 at --config.total_steps=1000
+(about 0.34 steps/s, 55 min) ends at mean mR 7.5 (chance 4.7; README, "Real data").
 """
 
 from mural import systems
