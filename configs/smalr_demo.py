@@ -14,8 +14,8 @@ vocabularies), 'pretrain'. The paper's architecture at demo widths: the
 built-in grammars use 30-60 words per language, so K = 8 specific words
 per language (of 64 rows) and 64 latent tokens stand for the paper's 5000
 and 40k (phase 1 at 1000 steps, Adam 1e-2, uses about 30 per language and
-puts e.g. cross/Kreuz/croix on one token, but also en square, heart and
-black: SMALR ends behind the full vocabularies here, README "SMALR"); vectors 16-d (paper 50), HEM 64 (512), LSTM 128 (1024), embeddings
+puts e.g. en cross and fr croix on one token, but also en square, heart
+and black: SMALR ends behind the full vocabularies here, README "SMALR"); vectors 16-d (paper 50), HEM 64 (512), LSTM 128 (1024), embeddings
 64 (512), image FC 256 (2048), over the frozen features of the demo's tiny
 EfficientNet: as for configs/mule_demo.py, pass a trained one
 (model.image.backbone_workdir), or retrieval stays near chance. The first 100
