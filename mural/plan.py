@@ -89,7 +89,8 @@ def device_memory_bytes() -> Optional[int]:
 def constant_bytes(config, model) -> int:
   """A frozen backbone's variables (MULE, SMALR, Kadar et al.): constants of the step's program,
   a copy on every device, which XLA's memory analysis leaves out."""
-  return int(sum(np.asarray(x).nbytes for x in jax.tree.leaves(models.frozen_inputs(config, model))))
+  leaves = jax.tree.leaves(models.frozen_inputs(config, model))
+  return int(sum(math.prod(x.shape) * np.dtype(x.dtype).itemsize for x in leaves))  # No fetch.
 
 
 def check_fits(compiled, constants: int = 0, have: Optional[int] = None) -> None:

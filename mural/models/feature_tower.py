@@ -132,9 +132,9 @@ def backbone_variables(backbone: nn.Module, image_config) -> dict:
 
 def frozen_inputs(tower: FeatureTower) -> dict:
   """{'backbone_workdir': the variables a run there would hold for the built tower's backbone}
-  (see models.frozen_inputs: what an export carries so that it needs no workdir)."""
-  variables = jax.device_get(tower.features.variables)
-  return {"backbone_workdir": {k: {"image_tower": v} for k, v in variables.items()}}
+  (see models.frozen_inputs: what an export carries so that it needs no workdir). On the
+  device, as the tower holds them: an export fetches them as it writes them."""
+  return {"backbone_workdir": {k: {"image_tower": v} for k, v in tower.features.variables.items()}}
 
 
 def from_config(image_config, dtype, param_dtype, backbones=None) -> FeatureTower:
