@@ -116,6 +116,15 @@ def top_k_triplet_loss(x: jax.Array, y: jax.Array, margin: float, k: int = 10,
   return x2y + y2x, {"x2y": x2y, "y2x": y2x}
 
 
+def mean_negative_cosine(x: jax.Array, y: jax.Array, mask: Optional[jax.Array] = None) -> jax.Array:
+  """The mean cos(x_i, y_j) over valid i != j: how alike the non-matching pairs are. Near 1 when a
+  ranking loss has collapsed every row onto one point (the loss then sits at its margin)."""
+  valid = _valid_mask(x.shape[0], mask)
+  pairs = valid[:, None] & valid[None, :] & ~jnp.eye(x.shape[0], dtype=bool)
+  cos = 1.0 - cosine_distance(x.astype(jnp.float32), y.astype(jnp.float32))
+  return jnp.sum(jnp.where(pairs, cos, 0.0)) / jnp.maximum(jnp.sum(pairs), 1)
+
+
 # ---- SMALR (Burns et al. 2020) -----------------------------------------------------
 
 

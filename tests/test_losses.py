@@ -136,3 +136,13 @@ def test_mural_tasks_losses_weights_and_align_special_case(pairs):
   assert {"loss/i2t", "loss/t2i", "temperature"} <= set(m_i2t) and {"loss/l2r", "loss/r2l"} <= set(m_t2t)
   align = systems.base_config("align")
   assert [t.name for t in system.active_tasks(systems.get(align), align)] == ["i2t"]
+
+
+def test_mean_negative_cosine_matches_a_loop(pairs):
+  x, y, valid = pairs
+  cosines = [x[i] @ y[j] / np.linalg.norm(x[i]) / np.linalg.norm(y[j])
+             for i in np.flatnonzero(valid) for j in np.flatnonzero(valid) if i != j]
+  got = losses.mean_negative_cosine(jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32), jnp.asarray(valid))
+  np.testing.assert_allclose(got, np.mean(cosines), rtol=1e-5)
+  same = np.tile(x[:1], (6, 1))  # Every row one point: a collapsed ranking loss's state.
+  np.testing.assert_allclose(losses.mean_negative_cosine(jnp.asarray(same), jnp.asarray(2 * same)), 1.0, rtol=1e-6)

@@ -323,7 +323,9 @@ def latent_task(config) -> system.Task:
                                               batch["valid"])
     vq = (out["vq_left"] + out["vq_right"]) / 2
     return total + continuous + vq, {"loss/latent_l2r": parts["x2y"], "loss/latent_r2l": parts["y2x"],
-                                     "loss/latent_continuous": continuous, "loss/vq": vq}
+                                     "loss/latent_continuous": continuous, "loss/vq": vq,
+                                     "latent/sentence_cosine": losses.mean_negative_cosine(
+                                         out["continuous_left"], out["continuous_right"], batch["valid"])}
 
   return system.task_from_config(config, "latent", input=inputs.TEXT_PAIR_LANG, forward=forward, loss=loss,
                                  updates_batch_stats=False)
@@ -333,7 +335,8 @@ def tasks(config) -> Sequence[system.Task]:
   return (image_sentence_task(config), pairs_task(config), latent_task(config))
 
 
-def _words(config):
+def words_of(config):
+  """Per language of config.data.languages, its words in the word vocabulary (None: none given)."""
   import json  # pylint: disable=g-import-not-at-top
   from etils import epath  # pylint: disable=g-import-not-at-top
   if not config.data.word_vocab_path:
@@ -368,7 +371,7 @@ def hybrid_tables(config):
   if fasttext is not None:  # Per language: PCA of its vocabulary rows, then its specific rows.
     blocks = [hem.pca_rows(fasttext[l * n:(l + 1) * n], t.specific_dim)[:k + 2] for l in range(num_langs)]
     specific = np.concatenate(blocks)
-  rows = hem.latent_rows(num_langs, n, k, _words(config))
+  rows = hem.latent_rows(num_langs, n, k, words_of(config))
   if not t.latent_tokens:
     return np.full(num_langs * n, -1, np.int32), 0, None, specific
   if t.latent_workdir:
@@ -384,6 +387,7 @@ def hybrid_tables(config):
           f"config.model.text.latent_workdir: {t.latent_workdir} was pre-trained with other sizes "
           f"(word table {saved['token_embed'].shape}, latent {latent.shape}) than model.text")
     tokens = hem.final_assignment(saved, fasttext)
+    _warn_if_collapsed(t.latent_workdir, hem.mean_word_cosine(saved, rows, fasttext))
   else:  # No pre-training: a seeded hash of the ids (every token kept: nothing says which are unused).
     tokens = np.random.default_rng(config.seed).integers(0, t.latent_tokens, num_langs * n)
     latent = None
@@ -392,6 +396,20 @@ def hybrid_tables(config):
     assignment = np.where(rows, tokens, -1).astype(np.int32)
     used = np.arange(t.latent_tokens)
   return assignment, len(used), (latent[used] if latent is not None else None), specific
+
+
+def _warn_if_collapsed(workdir: str, cosine: float) -> None:
+  """A phase 1 stopped in its early collapse (hem.py) gives an assignment that says little about
+  meaning: phase 2 trains on it (a baseline), with a warning that says so and what to do."""
+  from absl import logging  # pylint: disable=g-import-not-at-top
+  from mural.models import hem  # pylint: disable=g-import-not-at-top
+  if cosine > hem.COLLAPSED_COSINE:
+    logging.warning(
+        "Phase 1 (%s) has not left its early collapse: its words' points have a mean cosine of "
+        "%.2f (a trained phase 1: about 0.15), so its assignment puts words on tokens almost "
+        "regardless of meaning. Train phase 1 longer or at a higher tasks.latent.learning_rate "
+        "(its metric latent/sentence_cosine falls from near 1 when it leaves the collapse).",
+        workdir, cosine)
 
 
 def frozen_inputs(config):
