@@ -60,11 +60,28 @@ def train(name, workdir, args, log_dir):
   return json.loads(evals[-1].read_text()) if evals else {}
 
 
+def phase_1_collapse(workdir, config):
+  """Phase 1's sentence cosine (its metrics.jsonl) first and last, and its words' points' mean
+  cosine (mural/models/hem.py: near 1 while it has not left its early collapse)."""
+  from mural import export  # pylint: disable=g-import-not-at-top
+  from mural.models import hem  # pylint: disable=g-import-not-at-top
+  from mural.systems import smalr  # pylint: disable=g-import-not-at-top
+  rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+  rows = [r for r in rows if "latent/sentence_cosine" in r]
+  t = config.model.text
+  latent = hem.latent_rows(len(config.data.languages), t.words_per_language, t.specific_words,
+                           smalr.words_of(config))
+  params = export.read_variables(str(workdir))[0]["params"]["text_tower"]
+  return {"first": rows[0]["latent/sentence_cosine"], "first_step": rows[0]["step"],
+          "last": rows[-1]["latent/sentence_cosine"], "threshold": hem.COLLAPSED_COSINE,
+          "word_cosine": hem.mean_word_cosine(params, latent)}
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--workdir", default="/tmp/smalr_claim")
   parser.add_argument("--steps", type=int, default=None, help="default: configs/smalr_demo.py's")
-  parser.add_argument("--pretrain_steps", type=int, default=1000)
+  parser.add_argument("--pretrain_steps", type=int, default=None, help="default: the config's (:pretrain)")
   parser.add_argument("--backbone_workdir", default="", help="a trained MURAL demo run (default: train one)")
   parser.add_argument("--backbone_steps", type=int, default=None, help="default: configs/demo.py's")
   parser.add_argument("--seed", type=int, default=0)
@@ -77,6 +94,7 @@ def main():
   demo_file = ROOT / "configs" / "smalr_demo.py"
   demo = config_lib.from_file(demo_file)
   steps = args.steps or demo.total_steps
+  pretrain_steps = args.pretrain_steps or config_lib.from_file(f"{demo_file}:pretrain").total_steps
   workdir = pathlib.Path(args.workdir)
   workdir.mkdir(parents=True, exist_ok=True)
   started = time.time()
@@ -89,9 +107,12 @@ def main():
 
   common = [f"--config.model.image.backbone_workdir={backbone}", f"--config.seed={args.seed}"]
   pre = workdir / "pretrain"
-  train("pretrain", pre, ["--config=configs/smalr_demo.py:pretrain", f"--config.total_steps={args.pretrain_steps}",
-                          f"--config.optim.warmup_steps={min(50, args.pretrain_steps // 4)}", *common], workdir)
+  train("pretrain", pre, ["--config=configs/smalr_demo.py:pretrain", f"--config.total_steps={pretrain_steps}",
+                          f"--config.optim.warmup_steps={min(50, pretrain_steps // 4)}", *common], workdir)
   words = pre / "words.json"
+  pre_config = config_lib.from_file(f"{demo_file}:pretrain")
+  pre_config.data.word_vocab_path = str(words)
+  collapse = phase_1_collapse(pre, pre_config)
   main_args = [f"--config.total_steps={steps}", f"--config.data.word_vocab_path={words}", *common]
   latent = [f"--config.model.text.latent_workdir={pre}"]
   results = {
@@ -112,7 +133,10 @@ def main():
   params = {"smalr": text_params("smalr", latent_workdir=str(pre)), "full_vocab": text_params("full_vocab")}
   languages = list(demo.data.languages)
   variants = list(results)
-  print(f"\nmR on 200 held-out scenes after {steps} steps (phase 1: {args.pretrain_steps} steps); "
+  print(f"\nPhase 1 ({pretrain_steps} steps): latent/sentence_cosine {collapse['first']:.2f} at step "
+        f"{collapse['first_step']}, {collapse['last']:.2f} at the end; its words' points' mean cosine "
+        f"{collapse['word_cosine']:.2f} (above {collapse['threshold']}: still collapsed)")
+  print(f"\nmR on 200 held-out scenes after {steps} steps (phase 1: {pretrain_steps} steps); "
         f"seed {args.seed}; {time.time() - started:.0f} s in all:")
   print(f"{'lang':<6}" + "".join(f"{v:>12}" for v in variants) + f"{'smalr-full':>12}")
   for lang in languages:
@@ -129,7 +153,8 @@ def main():
     print(f"{v:<12}{params[v][0]:>10,}{params[v][1]:>12,}")
   print(f"{'smalr/full':<12}{params['smalr'][0] / params['full_vocab'][0]:>10.1%}"
         f"{params['smalr'][1] / params['full_vocab'][1]:>12.1%}")
-  print(json.dumps({"steps": steps, "pretrain_steps": args.pretrain_steps, "seed": args.seed,
+  print(json.dumps({"steps": steps, "pretrain_steps": pretrain_steps, "seed": args.seed,
+                    "phase_1_word_cosine": round(collapse["word_cosine"], 3),
                     "mR": {v: {l: round(results[v][f"{l}/mR"], 2) for l in languages} for v in variants},
                     "clc": {v: {n: round(results[v][f"clc/{n}_mR"], 2) for n in ("one", "clc-a", "clc-c")}
                             for v in variants},
