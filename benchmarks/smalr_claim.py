@@ -8,6 +8,8 @@ image-caption pairs each, 20k sentence pairs for each of the 28 language
 pairs), identical but for the text side (mural/systems/smalr.py ABLATIONS):
 
   pretrain    phase 1: the latent vocabulary alone on paired sentences (--pretrain_steps);
+              the script prints when it left its early collapse (latent/sentence_cosine)
+              and the purity of its frozen assignment;
   smalr       HEM (K = 8 specific words per language, the rest on phase 1's frozen
               assignment to at most 64 shared latent tokens) + MCLM + NC + LC;
   full_vocab  the same model and losses with every word language-specific (the full
@@ -25,16 +27,15 @@ On the built-in data every language's captions of a scene say the same
 thing, so the versions of a query in the other languages are the same set
 whatever its language: CLC-A and CLC-C give one figure for every language.
 
-Measured (2-core AVX-512 EPYC, a training run beside it; backbone: a default
-configs/demo.py run, mean mR 87.2; phase 1 1000 steps):
-  1000 steps (the config's): mean mR SMALR 42.8 and 37.1 (seeds 0, 1), full
-  per-language vocabularies 69.1 and 66.4 (SMALR behind in every language); CLC-A
-  62.8 / 59.2 (full 86.8 / 85.3) against the plain query's 52.5 / 49.4;
-  word tables 2,000 vs 8,192 parameters (seed 0), whole text tower 118,928 vs 124,032.
-  --steps=400: SMALR 13.3 and 9.6, full 16.1 and 16.9.
-The paper's claim is not reproduced at this size: phase 1's frozen assignment
-puts words of different meanings on one token (seed 0: en square, heart and
-black on one), which phase 2 cannot tell apart (README, "SMALR").
+Measured (2-core AVX-512 EPYC; backbone: a default configs/demo.py run, mean mR 87.2;
+phase 1 3000 steps, 40-43 s):
+  mean mR SMALR 76.5 and 69.1 (seeds 0, 1), full per-language vocabularies 69.1 and 66.4:
+  SMALR ahead in 7 of 8 languages, most in cs and ru; CLC-A 87.8 / 83.2 against the plain
+  query's 83.1 / 78.2; word tables 2,096 vs 8,192 parameters (seed 0), whole text tower
+  119,024 vs 124,032. Assignment purity 97% / 85% (shuffled 31% / 29%).
+  With phase 1 at 1000 steps (this script's default before) phase 1 never left its early
+  collapse (purity 52% / 49%) and SMALR ended at 42.8 / 37.1: the paper's claim lives or dies
+  with phase 1 (README, "SMALR").
 """
 
 import argparse
@@ -60,21 +61,61 @@ def train(name, workdir, args, log_dir):
   return json.loads(evals[-1].read_text()) if evals else {}
 
 
-def phase_1_collapse(workdir, config):
-  """Phase 1's sentence cosine (its metrics.jsonl) first and last, and its words' points' mean
-  cosine (mural/models/hem.py: near 1 while it has not left its early collapse)."""
-  from mural import export  # pylint: disable=g-import-not-at-top
-  from mural.models import hem  # pylint: disable=g-import-not-at-top
+def phase_1_collapse(workdir):
+  """Phase 1's latent/sentence_cosine (its metrics.jsonl): (first, its step, highest, the step
+  its collapse ended (the first below smalr.COLLAPSED_SENTENCE_COSINE after the highest), last)."""
   from mural.systems import smalr  # pylint: disable=g-import-not-at-top
   rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
-  rows = [r for r in rows if "latent/sentence_cosine" in r]
-  t = config.model.text
-  latent = hem.latent_rows(len(config.data.languages), t.words_per_language, t.specific_words,
-                           smalr.words_of(config))
-  params = export.read_variables(str(workdir))[0]["params"]["text_tower"]
-  return {"first": rows[0]["latent/sentence_cosine"], "first_step": rows[0]["step"],
-          "last": rows[-1]["latent/sentence_cosine"], "threshold": hem.COLLAPSED_COSINE,
-          "word_cosine": hem.mean_word_cosine(params, latent)}
+  cosine = [(r["step"], r["latent/sentence_cosine"]) for r in rows if "latent/sentence_cosine" in r]
+  peak = max(range(len(cosine)), key=lambda i: cosine[i][1])
+  ended = next((s for s, c in cosine[peak:] if c <= smalr.COLLAPSED_SENTENCE_COSINE), None)
+  return cosine[0][1], cosine[0][0], cosine[peak][1], ended, cosine[-1][1]
+
+
+def assignment_purity(config, samples: int = 3000, min_lift: float = 1.6):
+  """How well phase 1's frozen assignment (config.model.text.latent_workdir) groups words by meaning.
+
+  A word's meaning: the shape or colour most over-represented in the scenes of the captions
+  that hold it (lift over its base rate above min_lift; function words, sizes and relations get
+  none). Purity: the share of such words whose token's most common meaning is their own.
+  Returns (purity, the same for the words' tokens shuffled among them, tokens in use)."""
+  import collections  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from mural.data import synthetic  # pylint: disable=g-import-not-at-top
+  from mural.data import word_vocab  # pylint: disable=g-import-not-at-top
+  from mural.systems import smalr  # pylint: disable=g-import-not-at-top
+  assignment = smalr.hybrid_tables(config)[0]
+  n, rng, tokened = config.model.text.words_per_language, np.random.default_rng(0), []
+  for li, (lang, words) in enumerate(zip(config.data.languages, smalr.words_of(config))):
+    scenes = [synthetic.sample_description(rng, False, config.data.synthetic.heldout_fraction)
+              for _ in range(samples)]
+    captions = word_vocab.split_words(tf.constant([synthetic.caption(d, lang, rng) for d in scenes]))
+    base, with_word, count = collections.Counter(), collections.defaultdict(collections.Counter), collections.Counter()
+    for scene, caption in zip(scenes, captions.to_list()):
+      values = {v for o in scene.objects for v in (f"shape:{o.shape}", f"colour:{o.colour}")}
+      base.update(values)
+      for word in {w.decode() for w in caption}:
+        count[word] += 1
+        with_word[word].update(values)
+    for j, word in enumerate(words):
+      token = assignment[li * n + 2 + j]
+      if token < 0 or not count[word]:
+        continue
+      lift = {v: with_word[word][v] / count[word] * samples / base[v] for v in base}
+      meaning = max(lift, key=lift.get)
+      if lift[meaning] > min_lift:
+        tokened.append((int(token), meaning))
+
+  def purity(pairs):
+    by_token = collections.defaultdict(collections.Counter)
+    for token, meaning in pairs:
+      by_token[token][meaning] += 1
+    return sum(c.most_common(1)[0][1] for c in by_token.values()) / max(len(pairs), 1)
+
+  tokens = [t for t, _ in tokened]
+  shuffled = list(zip(np.random.default_rng(1).permutation(tokens), [m for _, m in tokened]))
+  return purity(tokened), purity(shuffled), len(set(assignment[assignment >= 0].tolist()))
 
 
 def main():
@@ -110,9 +151,11 @@ def main():
   train("pretrain", pre, ["--config=configs/smalr_demo.py:pretrain", f"--config.total_steps={pretrain_steps}",
                           f"--config.optim.warmup_steps={min(50, pretrain_steps // 4)}", *common], workdir)
   words = pre / "words.json"
+  collapse = phase_1_collapse(pre)
   pre_config = config_lib.from_file(f"{demo_file}:pretrain")
   pre_config.data.word_vocab_path = str(words)
-  collapse = phase_1_collapse(pre, pre_config)
+  pre_config.model.text.latent_workdir = str(pre)
+  purity = assignment_purity(pre_config)
   main_args = [f"--config.total_steps={steps}", f"--config.data.word_vocab_path={words}", *common]
   latent = [f"--config.model.text.latent_workdir={pre}"]
   results = {
@@ -133,9 +176,14 @@ def main():
   params = {"smalr": text_params("smalr", latent_workdir=str(pre)), "full_vocab": text_params("full_vocab")}
   languages = list(demo.data.languages)
   variants = list(results)
-  print(f"\nPhase 1 ({pretrain_steps} steps): latent/sentence_cosine {collapse['first']:.2f} at step "
-        f"{collapse['first_step']}, {collapse['last']:.2f} at the end; its words' points' mean cosine "
-        f"{collapse['word_cosine']:.2f} (above {collapse['threshold']}: still collapsed)")
+  first, first_step, peak, ended, last = collapse
+  print(f"\nPhase 1 ({pretrain_steps} steps): latent/sentence_cosine {first:.2f} at step {first_step}, "
+        f"up to {peak:.2f} (its early collapse), "
+        + (f"under {smalr.COLLAPSED_SENTENCE_COSINE} again at step {ended}" if ended else "never left")
+        + f", {last:.2f} at the end")
+  print(f"Its frozen assignment: {purity[2]} latent tokens in use; of the words that name a shape or "
+        f"colour, {purity[0]:.0%} share their token's most common meaning ({purity[1]:.0%} with "
+        "the tokens shuffled among them)")
   print(f"\nmR on 200 held-out scenes after {steps} steps (phase 1: {pretrain_steps} steps); "
         f"seed {args.seed}; {time.time() - started:.0f} s in all:")
   print(f"{'lang':<6}" + "".join(f"{v:>12}" for v in variants) + f"{'smalr-full':>12}")
@@ -154,7 +202,8 @@ def main():
   print(f"{'smalr/full':<12}{params['smalr'][0] / params['full_vocab'][0]:>10.1%}"
         f"{params['smalr'][1] / params['full_vocab'][1]:>12.1%}")
   print(json.dumps({"steps": steps, "pretrain_steps": pretrain_steps, "seed": args.seed,
-                    "phase_1_word_cosine": round(collapse["word_cosine"], 3),
+                    "phase_1_collapse_ended_at": collapse[3], "phase_1_sentence_cosine": round(collapse[4], 3),
+                    "assignment_purity": round(purity[0], 3), "shuffled_purity": round(purity[1], 3),
                     "mR": {v: {l: round(results[v][f"{l}/mR"], 2) for l in languages} for v in variants},
                     "clc": {v: {n: round(results[v][f"clc/{n}_mR"], 2) for n in ("one", "clc-a", "clc-c")}
                             for v in variants},

@@ -37,6 +37,15 @@ def hparams(config) -> Dict[str, Any]:
           for k, v in config_lib.flat(config).items()}
 
 
+def last_value(workdir: str, key: str) -> Optional[float]:
+  """The last value of `key` in a run's metrics.jsonl; None without the file or the key."""
+  path = epath.Path(workdir) / "metrics.jsonl"
+  if not path.exists():
+    return None
+  values = [row[key] for row in map(json.loads, path.read_text().splitlines()) if key in row]
+  return values[-1] if values else None
+
+
 def _hms(seconds: float) -> str:
   seconds = int(seconds)
   return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"

@@ -42,7 +42,7 @@ built-in data, within 50 steps every sentence is one point and both triplet loss
 their margin, and only after 900-1100 steps at Adam 1e-2 (1700 at 3e-3) do the sentences part
 and the words of one meaning gather on one token (configs/smalr_demo.py: 3000 steps). An
 assignment read before that says little about meaning; the task logs latent/sentence_cosine
-(near 1 in the collapse) and phase 2 warns (mean_word_cosine).
+(near 1 in the collapse) and phase 2 warns when phase 1's last is (mural/systems/smalr.py).
 
 Where the assignment lives, and why: it is a constant of the HEM tower
 (never a parameter: an int table has no gradient and nothing to decay),
@@ -220,27 +220,6 @@ def final_assignment(text_params, word_rows: Optional[np.ndarray] = None, chunk:
   latent = jnp.asarray(text_params["token_latent"], jnp.float32)
   best = jax.jit(lambda x: jnp.argmax(token_scores(x @ kernel + bias, latent), axis=-1))
   return np.concatenate([np.asarray(best(rows[i:i + chunk])) for i in range(0, len(rows), chunk)]).astype(np.int32)
-
-
-# Above this mean cosine between its words' points, a pre-training has not left the collapse
-# (measured on configs/smalr_demo.py: 0.80-0.99 before it leaves, 0.13-0.16 after).
-COLLAPSED_COSINE = 0.5
-
-
-def mean_word_cosine(text_params, rows: np.ndarray, word_rows: Optional[np.ndarray] = None) -> float:
-  """The mean cosine between the points z = FC(word) of the words `rows` (bool [L * N]) selects,
-  over distinct pairs: near 1 while the pre-training sits in its collapse, where every
-  sentence is the same point and the triplet loss stays at its margin (the module docstring),
-  and the argmax assignment says little about meaning."""
-  table = np.asarray(text_params["token_embed"] if word_rows is None else word_rows, np.float64)[rows]
-  z = table @ np.asarray(text_params["assign_fc"]["kernel"], np.float64) + np.asarray(
-      text_params["assign_fc"]["bias"], np.float64)
-  n = len(z)
-  if n < 2:
-    return 0.0
-  unit = z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12)
-  total = unit.sum(0)
-  return float((total @ total - np.sum(unit * unit)) / (n * (n - 1)))  # sum over i != j of u_i . u_j.
 
 
 def compact_assignment(tokens: np.ndarray, latent_rows: np.ndarray):
