@@ -56,7 +56,7 @@ def get_config(ablation: str = "smalr"):
   c.tasks.pairs.sources = pairs
   c.tasks.latent.sources = pairs
   # Phase 1 at Adam 1e-2: at 3e-4 it sat in its early collapse for all of 3000 steps
-  # (latent/sentence_cosine 0.94 at the end, mural/models/hem.py); at 1e-2 it leaves it by step 250.
+  # (latent/sentence_cosine 0.94 at the end, mural/models/hem.py); at 1e-2 it leaves it by step 250-300.
   c.tasks.latent.learning_rate = 1e-2
   c.optim.warmup_steps = 200
   c.total_steps = 1000 if ablation == "pretrain" else 3000

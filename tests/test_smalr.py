@@ -19,8 +19,8 @@ from mural import clc
 from mural import config_lib
 from mural import describe
 from mural import losses
-from mural import metrics
 from mural import metric_log
+from mural import metrics
 from mural import system
 from mural import systems
 from mural import train
