@@ -135,7 +135,8 @@ def main():
   demo_file = ROOT / "configs" / "smalr_demo.py"
   demo = config_lib.from_file(demo_file)
   steps = args.steps or demo.total_steps
-  pretrain_steps = args.pretrain_steps or config_lib.from_file(f"{demo_file}:pretrain").total_steps
+  pre_config = config_lib.from_file(f"{demo_file}:pretrain")
+  pretrain_steps = args.pretrain_steps or pre_config.total_steps
   workdir = pathlib.Path(args.workdir)
   workdir.mkdir(parents=True, exist_ok=True)
   started = time.time()
@@ -152,7 +153,6 @@ def main():
                           f"--config.optim.warmup_steps={min(50, pretrain_steps // 4)}", *common], workdir)
   words = pre / "words.json"
   collapse = phase_1_collapse(pre)
-  pre_config = config_lib.from_file(f"{demo_file}:pretrain")
   pre_config.data.word_vocab_path = str(words)
   pre_config.model.text.latent_workdir = str(pre)
   purity = assignment_purity(pre_config)
