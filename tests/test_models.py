@@ -463,6 +463,15 @@ def test_build_model_config_errors():
       models.build_model(config.model)
 
 
+@pytest.mark.parametrize("name", ["mule", "smalr", "kadar", "globetrotter"])
+def test_each_system_names_an_image_tower_missing_from_the_table(name):
+  from mural import systems  # pylint: disable=g-import-not-at-top
+  config = systems.SYSTEMS[name].get_config()
+  config.model.image.name = "vit"
+  with pytest.raises(config_lib.ConfigError, match=r"^config\.model\.image\.name: 'vit' not in \["):
+    systems.SYSTEMS[name].build_model(config, ())
+
+
 def test_remat_changes_no_parameter_name_nor_gradient():
   """Every remat policy computes the same loss, gradients and batch statistics (train mode:
   dropout, drop-connect and batch norm included) from the same parameter tree. The tiny tower's

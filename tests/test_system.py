@@ -77,8 +77,8 @@ def toy_config():
 
 
 def build_model(config, tasks):
-  text = models.TEXT_TOWERS[config.model.text.name](config.model.text, jnp.float32, jnp.float32)
-  image = models.IMAGE_TOWERS[config.model.image.name](config.model.image, jnp.float32, jnp.float32)
+  text = models.tower("text", config.model.text, jnp.float32, jnp.float32)
+  image = models.tower("image", config.model.image, jnp.float32, jnp.float32)
   heads = {"toy": NormedHead(image.output_dim, name="toy_head"),
            "t2t": NormedHead(image.output_dim, name="t2t_head")}
   return DualEncoder(image_tower=image, text_tower=text, heads={h: heads[h] for t in tasks for h in t.heads},

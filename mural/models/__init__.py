@@ -72,17 +72,20 @@ def frozen_inputs(config, model) -> dict:
   return out
 
 
-def _tower(table, section, field, dtype, param_dtype):
+def tower(kind: str, section, dtype, param_dtype):
+  """An unbound tower of `kind` ('image' | 'text') from its config section (config.model.<kind>,
+  or a copy a system completed); a clear ConfigError for a name not in the table."""
+  table = {"image": IMAGE_TOWERS, "text": TEXT_TOWERS}[kind]
   if section.name not in table:
-    raise config_lib.ConfigError(f"config.{field}.name: {section.name!r} not in {sorted(table)}")
+    raise config_lib.ConfigError(f"config.model.{kind}.name: {section.name!r} not in {sorted(table)}")
   return table[section.name](section, dtype, param_dtype)
 
 
 def build_model(model_config, head_names: Sequence[str] = ()) -> DualEncoder:
   """config.model -> an unbound DualEncoder with one head (`<name>_head`) per name."""
   dtype, param_dtype = jnp.dtype(model_config.dtype), jnp.dtype(model_config.param_dtype)
-  image = _tower(IMAGE_TOWERS, model_config.image, "model.image", dtype, param_dtype)
-  text = _tower(TEXT_TOWERS, model_config.text, "model.text", dtype, param_dtype)
+  image = tower("image", model_config.image, dtype, param_dtype)
+  text = tower("text", model_config.text, dtype, param_dtype)
   named = {name: heads.from_config(model_config.heads, dtype, param_dtype).clone(name=f"{name}_head")
            for name in dict.fromkeys(head_names) if name}
   return DualEncoder(image_tower=image, text_tower=text, heads=named,

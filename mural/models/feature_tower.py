@@ -137,6 +137,16 @@ def frozen_inputs(tower: FeatureTower) -> dict:
   return {"backbone_workdir": {k: {"image_tower": v} for k, v in tower.features.variables.items()}}
 
 
+def validate(image_config, min_hidden_dim: int = 0) -> None:
+  """A 'features' section's own fields, for the systems that use the tower: one-line
+  ConfigErrors naming the field (min_hidden_dim 1: the system wants its two FC layers)."""
+  im = image_config
+  config_lib.positive_int(im, "hidden_dim", "model.image", minimum=min_hidden_dim)
+  config_lib.positive_int(im, "output_dim", "model.image")
+  config_lib.require(isinstance(im.backbone_workdir, str), "model.image.backbone_workdir",
+                     f"must be a path string ('' for a seeded backbone), got {im.backbone_workdir!r}")
+
+
 def from_config(image_config, dtype, param_dtype, backbones=None) -> FeatureTower:
   """config.model.image (name 'features'; backbone = an IMAGE_TOWERS key built from the same section)."""
   if image_config.backbone not in backbones:

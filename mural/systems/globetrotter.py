@@ -212,13 +212,10 @@ def build_model(config, active: Sequence[system.Task]):
   from mural.models import heads  # pylint: disable=g-import-not-at-top
   validate(config)
   dtype, param_dtype = jnp.dtype(config.model.dtype), jnp.dtype(config.model.param_dtype)
-  for kind, table in (("image", models.IMAGE_TOWERS), ("text", models.TEXT_TOWERS)):
-    name = config.model[kind].name
-    _require(name in table, f"model.{kind}.name", f"{name!r} not in {sorted(table)}")
   head = lambda name: heads.from_config(config.model.heads, dtype, param_dtype).clone(name=name)
   return model_lib.GlobetrotterModel(
-      image_tower=models.IMAGE_TOWERS[config.model.image.name](config.model.image, dtype, param_dtype),
-      text_tower=models.TEXT_TOWERS[config.model.text.name](config.model.text, dtype, param_dtype),
+      image_tower=models.tower("image", config.model.image, dtype, param_dtype),
+      text_tower=models.tower("text", config.model.text, dtype, param_dtype),
       image_head=head("image_head"), text_head=head("text_head"),
       mlm_head=model_lib.MlmHead(config.model.text.vocab_size, dtype=dtype, param_dtype=param_dtype,
                                  name="mlm_head"))

@@ -115,6 +115,7 @@ _positive_int = config_lib.positive_int
 
 def validate(config) -> None:
   """Kádár et al.'s own fields; one-line ConfigErrors naming the field."""
+  from mural.models import feature_tower  # pylint: disable=g-import-not-at-top
   from mural.models import word_lstm  # pylint: disable=g-import-not-at-top
   t, im = config.model.text, config.model.image
   _positive_int(t, "words_per_language", "model.text", minimum=3)
@@ -125,10 +126,7 @@ def validate(config) -> None:
   _require(t.output_fc or t.output_dim == t.lstm_dim, "model.text.output_dim",
            f"{t.output_dim}, but the GRU's state is the embedding (output_fc=False): it must equal lstm_dim {t.lstm_dim}")
   if im.name == "features":
-    _positive_int(im, "output_dim", "model.image")
-    _positive_int(im, "hidden_dim", "model.image", minimum=0)
-    _require(isinstance(im.backbone_workdir, str), "model.image.backbone_workdir",
-             f"must be a path string ('' for a seeded backbone), got {im.backbone_workdir!r}")
+    feature_tower.validate(im)
     _require(t.output_dim == im.output_dim, "model.image.output_dim",
              f"images embed to {im.output_dim}, texts to {t.output_dim} (model.text.output_dim); they must match")
   _require(config.data.get("tokenizer") == "words", "data.tokenizer",
@@ -210,13 +208,10 @@ def build_model(config, active: Sequence[system.Task]):
   del active
   validate(config)
   dtype, param_dtype = jnp.dtype(config.model.dtype), jnp.dtype(config.model.param_dtype)
-  for kind, table in (("image", models.IMAGE_TOWERS), ("text", models.TEXT_TOWERS)):
-    name = config.model[kind].name
-    _require(name in table, f"model.{kind}.name", f"{name!r} not in {sorted(table)}")
-  image = models.IMAGE_TOWERS[config.model.image.name](config.model.image, dtype, param_dtype)
+  image = models.tower("image", config.model.image, dtype, param_dtype)
   text_section = ml_collections.ConfigDict(config.model.text.to_dict())
   text_section.num_languages = 1  # The union vocabulary is one block.
-  text = models.TEXT_TOWERS[config.model.text.name](text_section, dtype, param_dtype)
+  text = models.tower("text", text_section, dtype, param_dtype)
   return multilingual.MultilingualDualEncoder(image_tower=image, text_tower=text)
 
 

@@ -134,6 +134,7 @@ _positive_int = config_lib.positive_int
 
 def validate(config) -> None:
   """MULE's own fields; one-line ConfigErrors naming the field."""
+  from mural.models import feature_tower  # pylint: disable=g-import-not-at-top
   from mural.models import word_lstm  # pylint: disable=g-import-not-at-top
   t, im = config.model.text, config.model.image
   _positive_int(t, "words_per_language", "model.text", minimum=3)
@@ -141,10 +142,7 @@ def validate(config) -> None:
     _positive_int(t, name, "model.text")
   _require(t.branches in word_lstm.BRANCHES, "model.text.branches", f"{t.branches!r} not in {word_lstm.BRANCHES}")
   if im.name == "features":
-    for name in ("hidden_dim", "output_dim"):
-      _positive_int(im, name, "model.image")
-    _require(isinstance(im.backbone_workdir, str), "model.image.backbone_workdir",
-             f"must be a path string ('' for a seeded backbone), got {im.backbone_workdir!r}")
+    feature_tower.validate(im, min_hidden_dim=1)
     _require(t.output_dim == im.output_dim, "model.text.output_dim",
              f"texts embed to {t.output_dim}, images to {im.output_dim} (model.image.output_dim); they must match")
   _require(config.data.get("tokenizer") == "words", "data.tokenizer",
@@ -225,13 +223,10 @@ def build_model(config, active: Sequence[system.Task]):
   from mural.models import multilingual  # pylint: disable=g-import-not-at-top
   validate(config)
   dtype, param_dtype = jnp.dtype(config.model.dtype), jnp.dtype(config.model.param_dtype)
-  for kind, table in (("image", models.IMAGE_TOWERS), ("text", models.TEXT_TOWERS)):
-    name = config.model[kind].name
-    _require(name in table, f"model.{kind}.name", f"{name!r} not in {sorted(table)}")
-  image = models.IMAGE_TOWERS[config.model.image.name](config.model.image, dtype, param_dtype)
+  image = models.tower("image", config.model.image, dtype, param_dtype)
   text_section = ml_collections.ConfigDict(config.model.text.to_dict())
   text_section.num_languages = len(config.data.languages)  # The word vocabulary's blocks.
-  text = models.TEXT_TOWERS[config.model.text.name](text_section, dtype, param_dtype)
+  text = models.tower("text", text_section, dtype, param_dtype)
   if config.model.text.get("embeddings_path", ""):
     text = text.clone(word_init=_fasttext_table(config))
   if image.output_dim != text.output_dim:

@@ -157,6 +157,7 @@ _positive_int = config_lib.positive_int
 def validate(config) -> None:
   """SMALR's own fields; one-line ConfigErrors naming the field."""
   from mural import models  # pylint: disable=g-import-not-at-top
+  from mural.models import feature_tower  # pylint: disable=g-import-not-at-top
   t, im = config.model.text, config.model.image
   _require(t.name in ("hem_lstm", "latent_vocab"), "model.text.name",
            f"{t.name!r} not in ['hem_lstm', 'latent_vocab'] (SMALR's towers)")
@@ -182,10 +183,7 @@ def validate(config) -> None:
            if t.latent_workdir else "model.text.embeddings_path",
            "needs config.data.word_vocab_path (the pre-training run's words.json: the words the rows belong to)")
   if im.name == "features":
-    for name in ("hidden_dim", "output_dim"):
-      _positive_int(im, name, "model.image")
-    _require(isinstance(im.backbone_workdir, str), "model.image.backbone_workdir",
-             f"must be a path string ('' for a seeded backbone), got {im.backbone_workdir!r}")
+    feature_tower.validate(im, min_hidden_dim=1)
   _require(t.name != "hem_lstm" or t.output_dim == im.output_dim, "model.text.output_dim",
            f"texts embed to {t.output_dim}, images to {im.output_dim} (model.image.output_dim); they must match")
   _require(config.model.image.name in models.IMAGE_TOWERS, "model.image.name",
@@ -443,14 +441,14 @@ def build_model(config, active: Sequence[system.Task]):
   validate(config)
   dtype, param_dtype = jnp.dtype(config.model.dtype), jnp.dtype(config.model.param_dtype)
   t, num_langs = config.model.text, len(config.data.languages)
-  image = models.IMAGE_TOWERS[config.model.image.name](config.model.image, dtype, param_dtype)
+  image = models.tower("image", config.model.image, dtype, param_dtype)
   section = ml_collections.ConfigDict(t.to_dict())
   section.num_languages = num_langs
   if t.name == "latent_vocab":
     section.word_init = _fasttext(config) if t.embeddings_path else None
   else:
     section.assignment, section.num_latent, section.latent_init, section.specific_init = hybrid_tables(config)
-  text = models.TEXT_TOWERS[t.name](section, dtype, param_dtype)
+  text = models.tower("text", section, dtype, param_dtype)
   names = {task.name for task in active}
   classifier = (multilingual.LanguageClassifier(num_langs, dtype=dtype, param_dtype=param_dtype)
                 if "mm" in names and config.tasks.mm.classifier_weight > 0 else None)
