@@ -181,13 +181,20 @@ def image_sentence_task(config) -> system.Task:
   def loss(out, batch):
     total, parts = losses.top_k_triplet_loss(out["image"], out["text"], margin, k, batch["valid"])
     metrics = {"loss/i2s": parts["x2y"], "loss/s2i": parts["y2x"]}
-    if "lang_logits" in out:
-      lc, lc_metrics = losses.language_classifier_loss(out["lang_logits"], batch["lang_id"], batch["valid"])
-      total = total + classifier_weight * lc
-      metrics.update({"loss/language": lc, "language_accuracy": lc_metrics["accuracy"]})
-    return total, metrics
+    lc, lc_metrics = language_classifier_term(out, batch)
+    return total + classifier_weight * lc, {**metrics, **lc_metrics}
 
   return system.task_from_config(config, "mm", input=inputs.IMAGE_TEXT_LANG, forward=forward, loss=loss)
+
+
+def language_classifier_term(out, batch):
+  """(L_adv, its metrics) of the adversarial language classifier when the forward ran it (out has
+  'lang_logits'), else (0, {}): MULE's term of the image-sentence loss, and SMALR's."""
+  from mural import losses  # pylint: disable=g-import-not-at-top
+  if "lang_logits" not in out:
+    return 0.0, {}
+  lc, lc_metrics = losses.language_classifier_loss(out["lang_logits"], batch["lang_id"], batch["valid"])
+  return lc, {"loss/language": lc, "language_accuracy": lc_metrics["accuracy"]}
 
 
 def neighbourhood_task(config) -> system.Task:

@@ -226,7 +226,6 @@ def _mm_loss(image, text, c, valid):
 
 def image_sentence_task(config) -> system.Task:
   """L_mm on sentences (and masked sentences) + lambda_3 L_adv."""
-  from mural import losses  # pylint: disable=g-import-not-at-top
   from mural.data import inputs  # pylint: disable=g-import-not-at-top
   validate(config)
   c = config.tasks.mm
@@ -249,11 +248,8 @@ def image_sentence_task(config) -> system.Task:
       masked, parts = _mm_loss(out["image"], out["text_masked"], c, batch["valid"])
       total = total + masked
       metrics.update({"loss/i2s_masked": parts["x2y"], "loss/s2i_masked": parts["y2x"]})
-    if "lang_logits" in out:
-      lc, lc_metrics = losses.language_classifier_loss(out["lang_logits"], batch["lang_id"], batch["valid"])
-      total = total + classifier_weight * lc
-      metrics.update({"loss/language": lc, "language_accuracy": lc_metrics["accuracy"]})
-    return total, metrics
+    lc, lc_metrics = mule.language_classifier_term(out, batch)
+    return total + classifier_weight * lc, {**metrics, **lc_metrics}
 
   return system.task_from_config(config, "mm", input=inputs.IMAGE_TEXT_LANG, forward=forward, loss=loss)
 
