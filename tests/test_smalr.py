@@ -27,6 +27,7 @@ from mural import train
 from mural.data import training_text
 from mural.data import word_vocab
 from mural.models import hem
+from mural.models import word_lstm
 from mural.systems import smalr
 
 LANGS = ["en", "de", "sw"]
@@ -541,7 +542,8 @@ def test_phase_1_does_not_export(pretrained):
     export.export(tiny_smalr_config("pretrain", total_steps=2), str(pretrained[0]))
 
 
-def test_frozen_phase_1_with_fasttext_rows_gives_the_same_assignment_without_them(pretrained, words_file, tmp_path):
+def test_frozen_phase_1_with_fasttext_rows_gives_the_same_assignment_without_them(pretrained, words_file, tmp_path,
+                                                                                   monkeypatch):
   """With FastText, phase 2's assignment reads the .vec rows: the export's copy of phase 1 holds
   them as its word table, so the assignment comes out the same with model.text.embeddings_path
   cleared (System.initialisers)."""
@@ -554,9 +556,13 @@ def test_frozen_phase_1_with_fasttext_rows_gives_the_same_assignment_without_the
   config = _main_config(pretrained, words_file)
   config.model.text.embeddings_path = str(tmp_path / "{lang}.vec")
   assert config.model.text.word_dim == 8
+  reads = []
+  load = word_lstm.load_fasttext
+  monkeypatch.setattr(word_lstm, "load_fasttext", lambda *a, **k: (reads.append(a[0]), load(*a, **k))[1])
   with_vectors = smalr.hybrid_tables(config)[0]
   assert not np.array_equal(with_vectors, smalr.hybrid_tables(_main_config(pretrained, words_file))[0])
   frozen = smalr.frozen_inputs(config)["model.text.latent_workdir"]
+  assert len(reads) == 1  # An export builds the model, then copies phase 1: one read of the .vec files.
   export._write_frozen(tmp_path, "model.text.latent_workdir", frozen, 2)  # pylint: disable=protected-access
   config.model.text.latent_workdir = str(tmp_path / "frozen_model_text_latent_workdir")
   config.model.text.embeddings_path = ""

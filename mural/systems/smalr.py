@@ -62,6 +62,7 @@ K = 10 everywhere; Adam 1e-3 for the HEM (the paper's "1e-3 for the HEM and
 LA models").
 """
 
+import functools
 import itertools
 from typing import Sequence
 
@@ -340,16 +341,26 @@ def words_of(config):
 
 
 def _fasttext(config):
-  """[L * N, word_dim] FastText rows of the vocabulary's words (random where a word has none)."""
+  """[L * N, word_dim] FastText rows of the vocabulary's words (random where a word has none),
+  read-only."""
+  t = config.model.text
+  return _read_fasttext(t.embeddings_path, tuple(config.data.languages), config.data.word_vocab_path,
+                        t.words_per_language, t.word_dim, config.seed)
+
+
+@functools.lru_cache(maxsize=1)
+def _read_fasttext(path_pattern, languages, word_vocab_path, words_per_language, word_dim, seed):
+  """The last table read, kept: an export reads it for the model's assignment and again for its
+  copy of phase 1 (frozen_inputs), and a .vec file of FastText's 2M words takes minutes."""
   import json  # pylint: disable=g-import-not-at-top
   from absl import logging  # pylint: disable=g-import-not-at-top
   from etils import epath  # pylint: disable=g-import-not-at-top
   from mural.models import word_lstm  # pylint: disable=g-import-not-at-top
-  t = config.model.text
-  words = json.loads(epath.Path(config.data.word_vocab_path).read_text())["words"]
-  table, found = word_lstm.load_fasttext(t.embeddings_path, list(config.data.languages), words,
-                                         t.words_per_language, t.word_dim, seed=config.seed)
+  words = json.loads(epath.Path(word_vocab_path).read_text())["words"]
+  table, found = word_lstm.load_fasttext(path_pattern, list(languages), words, words_per_language, word_dim,
+                                         seed=seed)
   logging.info("FastText vectors found per language: %s.", found)
+  table.flags.writeable = False  # Shared by every caller.
   return table
 
 
