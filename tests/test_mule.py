@@ -529,6 +529,11 @@ def test_fasttext_vectors_fill_their_words_rows(words_file, tmp_path):
   np.testing.assert_array_equal(table[row(0)], [0.5] * 8)
   np.testing.assert_array_equal(table[row(1)], np.arange(8))
   assert np.abs(table[row(2)]).max() < 2  # A word without a vector keeps its random row.
+  # No header; a line of another width (not a vocabulary word) after the first vector is skipped.
+  (tmp_path / "en.vec").write_text(f"unseen {' '.join(['9'] * 8)}\nodd 1 2\n{second} {' '.join(['0.25'] * 8)} \n")
+  rows, found = word_lstm.load_fasttext(str(tmp_path / "{lang}.vec"), ["en"], words, 64, 8)
+  np.testing.assert_array_equal(rows[row(1)], [0.25] * 8)
+  assert found == {"en": 1} and np.abs(rows[row(0)]).max() < 2
   (tmp_path / "en.vec").write_text(f"{first} 1 2 3\n")
   with pytest.raises(config_lib.ConfigError, match=r"^config\.model\.text\.embeddings_path: .*3-d vectors"):
     mule.build_model(config, tasks)

@@ -29,6 +29,7 @@ language: the path with '{lang}' replaced by the code); words missing from a
 file keep their random row.
 """
 
+import itertools
 from typing import Any, Optional, Sequence
 
 import flax.linen as nn
@@ -187,19 +188,25 @@ def load_fasttext(path_pattern: str, languages: Sequence[str], words: dict, word
       continue
     row_of = {w: l * words_per_language + word_vocab.FIRST_WORD + k for k, w in enumerate(words.get(lang, []))}
     with open(path, encoding="utf-8", errors="replace") as f:
-      first = f.readline().split()
-      lines = f if len(first) == 2 else [" ".join(first)] + list(f)  # Optional 'count dim' header.
+      first = f.readline()
+      lines = f if len(first.split()) == 2 else itertools.chain([first], f)  # Optional 'count dim' header.
+      checked = False
       for line in lines:
-        parts = line.rstrip().split(" ")
-        if len(parts) != word_dim + 1:
-          if len(parts) > 1:
+        # Only the vocabulary's lines are parsed (a few % of FastText's 2M), and the first vector.
+        word, _, vector = line.rstrip().partition(" ")
+        row = row_of.get(word)
+        if row is None and checked:
+          continue
+        values = vector.split(" ") if vector else []
+        if len(values) != word_dim:
+          if values:
             raise config_lib.ConfigError(
-                f"config.model.text.embeddings_path: {path} has {len(parts) - 1}-d vectors, "
+                f"config.model.text.embeddings_path: {path} has {len(values)}-d vectors, "
                 f"model.text.word_dim is {word_dim}")
           continue
-        row = row_of.get(parts[0])
+        checked = True
         if row is not None:
-          table[row] = np.asarray(parts[1:], np.float32)
+          table[row] = np.asarray(values, np.float32)
           found[lang] += 1
   return table, found
 
