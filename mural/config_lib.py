@@ -133,6 +133,9 @@ def base_config() -> ml_collections.ConfigDict:
   # Held-out retrieval data (mural/data/eval_data.py): {name: 'synthetic'}, or
   # {name: 'flickr8k', split: 'dev', path: None, caption_sources: None, max_images: 0 (all)}.
   c.data.eval_source = dict(name="synthetic")
+  # Held-out translation pairs besides the eval source's own (mural/data/eval_data.py): {name: ''}
+  # (none), or {name: 'multi30k', split: 'test_2016_flickr', path: None, max_pairs: 0 (all)}.
+  c.data.eval_translations = dict(name="")
   # Built-in rendered-scene data (mural/data/synthetic.py; its docstring has
   # the recipe that shows MURAL's claim).
   c.data.synthetic = ml_collections.ConfigDict()
@@ -280,6 +283,8 @@ def _validate_data(d: ml_collections.ConfigDict) -> None:
   _require(isinstance(threads, int) and not isinstance(threads, bool) and threads >= 0, "data.tf_intra_op_threads",
            f"must be an int >= 0 (0: TensorFlow's default), got {d.tf_intra_op_threads!r}")
   _require("name" in d.eval_source, "data.eval_source", f"needs a 'name', got {dict(d.eval_source)!r}")
+  _require("name" in d.eval_translations, "data.eval_translations",
+           f"needs a 'name' ('' for none), got {dict(d.eval_translations)!r}")
 
 
 def _validate_task(t: ml_collections.ConfigDict, field: str) -> None:

@@ -8,6 +8,11 @@ from config.data.eval_source (a dict; 'name' picks the builder in EVAL_SOURCES):
   'flickr8k': real photos of a Flickr8k split (fields: split 'dev', path
       None, caption_sources None, max_images 0 = all) with their captions per
       language; no translation sets (its languages are not line-aligned).
+and, from config.data.eval_translations ('name' in EVAL_TRANSLATIONS; '' for none), more
+translation sets:
+  'multi30k': Multi30k task 1's line-aligned captions of a split (fields: split
+      'test_2016_flickr', path None, max_pairs 0 = all), a set per pair of
+      config.data.languages among en, de, fr, cs (test_2017_* have no cs).
 Only languages in config.data.languages get an EvalSet. Images go through the
 eval preprocessing (short side to data.eval_resize, central data.image_size
 crop, [-1, 1]); an eval image that cannot be decoded is an error naming it,
@@ -15,12 +20,14 @@ since an incomplete eval set would change the metric silently.
 """
 
 import dataclasses
+import itertools
 from typing import List, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
 
 from mural.data import flickr8k
+from mural.data import multi30k
 from mural.data import preprocess
 from mural.data import synthetic
 
@@ -87,14 +94,21 @@ def _decode_files(paths: Sequence[str]) -> List[np.ndarray]:
   return out
 
 
-def _source_fields(eval_source, defaults: dict) -> dict:
+def _source_fields(eval_source, defaults: dict, field: str = "eval_source") -> dict:
   cfg = dict(eval_source)
   name = cfg.pop("name")
   unknown = sorted(set(cfg) - set(defaults))
   if unknown:
-    raise ValueError(f"config.data.eval_source ({name!r}): unknown field(s) {unknown}; "
+    raise ValueError(f"config.data.{field} ({name!r}): unknown field(s) {unknown}; "
                      f"known: {sorted(defaults)}")
   return {**defaults, **cfg}
+
+
+def _translation_set(tokenizer, languages, name, left_lang, left, right_lang, right):
+  index = list(languages).index
+  left_ids, left_mask = _tokenize(tokenizer, left, index(left_lang))
+  right_ids, right_mask = _tokenize(tokenizer, right, index(right_lang))
+  return TranslationEvalSet(name, left_ids, left_mask, right_ids, right_mask)
 
 
 def synthetic_eval_sets(config, tokenizer) -> Tuple[List[EvalSet], List[TranslationEvalSet]]:
@@ -106,13 +120,10 @@ def synthetic_eval_sets(config, tokenizer) -> Tuple[List[EvalSet], List[Translat
     if lang in config.data.languages:
       ids, mask = _tokenize(tokenizer, d.captions, list(config.data.languages).index(lang))
       sets.append(EvalSet(lang, images, ids, mask, np.asarray(d.text_to_image, np.int32)))
-  translations = []
-  for name, p in data.translations.items():
-    if p.left_lang in config.data.languages and p.right_lang in config.data.languages:
-      index = list(config.data.languages).index
-      left_ids, left_mask = _tokenize(tokenizer, p.left, index(p.left_lang))
-      right_ids, right_mask = _tokenize(tokenizer, p.right, index(p.right_lang))
-      translations.append(TranslationEvalSet(name, left_ids, left_mask, right_ids, right_mask))
+  translations = [_translation_set(tokenizer, config.data.languages, name, p.left_lang, p.left, p.right_lang,
+                                   p.right)
+                  for name, p in data.translations.items()
+                  if p.left_lang in config.data.languages and p.right_lang in config.data.languages]
   return sets, translations
 
 
@@ -138,15 +149,48 @@ def flickr8k_eval_sets(config, tokenizer) -> Tuple[List[EvalSet], List[Translati
   return sets, []
 
 
+def multi30k_translation_sets(config, tokenizer) -> List[TranslationEvalSet]:
+  cfg = _source_fields(config.data.eval_translations, dict(split="test_2016_flickr", path=None, max_pairs=0),
+                       "eval_translations")
+  languages = [l for l in config.data.languages if l in multi30k.LANGUAGES]
+  if len(languages) < 2:
+    raise ValueError(f"config.data.eval_translations: Multi30k has {list(multi30k.LANGUAGES)}, of which "
+                     f"config.data.languages {list(config.data.languages)} hold fewer than two")
+  if not isinstance(cfg["max_pairs"], int) or isinstance(cfg["max_pairs"], bool) or cfg["max_pairs"] < 0:
+    raise ValueError(f"config.data.eval_translations.max_pairs: must be an int >= 0 (0: all), "
+                     f"got {cfg['max_pairs']!r}")
+  data = multi30k.task1(cfg["split"], languages, cfg["path"])
+  n = cfg["max_pairs"] or len(data.images)
+  return [_translation_set(tokenizer, config.data.languages, f"{a}-{b}", a, data.captions[a][:n], b,
+                           data.captions[b][:n])
+          for a, b in itertools.combinations(languages, 2)]
+
+
 EVAL_SOURCES = {
     "synthetic": synthetic_eval_sets,
     "flickr8k": flickr8k_eval_sets,
 }
+EVAL_TRANSLATIONS = {
+    "multi30k": multi30k_translation_sets,
+}
 
 
 def build_eval_sets(config, tokenizer) -> Tuple[List[EvalSet], List[TranslationEvalSet]]:
-  """The eval sets of config.data.eval_source (see the module docstring)."""
+  """The eval sets of config.data.eval_source and config.data.eval_translations (see the module
+  docstring)."""
   name = config.data.eval_source.get("name")
   if name not in EVAL_SOURCES:
     raise ValueError(f"config.data.eval_source.name: {name!r} not in {sorted(EVAL_SOURCES)}")
-  return EVAL_SOURCES[name](config, tokenizer)
+  sets, translations = EVAL_SOURCES[name](config, tokenizer)
+  extra = config.data.eval_translations.name
+  if extra:
+    if extra not in EVAL_TRANSLATIONS:
+      raise ValueError(f"config.data.eval_translations.name: {extra!r} not in {sorted(EVAL_TRANSLATIONS)} "
+                       "('' for none)")
+    more = EVAL_TRANSLATIONS[extra](config, tokenizer)
+    clash = sorted({t.name for t in translations} & {t.name for t in more})
+    if clash:
+      raise ValueError(f"config.data.eval_translations ({extra!r}): the eval source has translation sets "
+                       f"{clash} already")
+    translations = translations + more
+  return sets, translations
