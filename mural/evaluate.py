@@ -119,18 +119,19 @@ def run_all(evaluators: Sequence[Any], embedder: Embedder, variables) -> Dict[st
 def format_table(results: Mapping[str, float]) -> str:
   """Retrieval rows (one per language) and translation rows as aligned text."""
   names = sorted({k.split("/")[0] for k in results})
-  lines = []
   retrieval = [n for n in names if f"{n}/i2t_R@1" in results]
+  translation = [n for n in names if f"{n}/acc" in results]
+  w = max([8] + [len(n) + 2 for n in retrieval + translation])  # The name column.
+  lines = []
   if retrieval:
-    lines.append(f"{'lang':<8}" + "".join(f"{c:>10}" for c in RECALL_COLUMNS))
-    lines += [f"{n:<8}" + "".join(f"{results[f'{n}/{c}']:>10.1f}" for c in RECALL_COLUMNS)
+    lines.append(f"{'lang':<{w}}" + "".join(f"{c:>10}" for c in RECALL_COLUMNS))
+    lines += [f"{n:<{w}}" + "".join(f"{results[f'{n}/{c}']:>10.1f}" for c in RECALL_COLUMNS)
               for n in retrieval]
     if "mean/mR" in results:
-      lines.append(f"{'mean':<8}" + " " * 10 * (len(RECALL_COLUMNS) - 1) + f"{results['mean/mR']:>10.1f}")
-  translation = [n for n in names if f"{n}/acc" in results]
+      lines.append(f"{'mean':<{w}}" + " " * 10 * (len(RECALL_COLUMNS) - 1) + f"{results['mean/mR']:>10.1f}")
   if translation:
-    lines.append(f"{'pair':<8}" + "".join(f"{c:>10}" for c in TRANSLATION_COLUMNS))
-    lines += [f"{n:<8}" + "".join(f"{results[f'{n}/{c}']:>10.1f}" for c in TRANSLATION_COLUMNS)
+    lines.append(f"{'pair':<{w}}" + "".join(f"{c:>10}" for c in TRANSLATION_COLUMNS))
+    lines += [f"{n:<{w}}" + "".join(f"{results[f'{n}/{c}']:>10.1f}" for c in TRANSLATION_COLUMNS)
               for n in translation]
   return "\n".join(lines)
 

@@ -437,6 +437,36 @@ def test_flickr8k_eval_sets(tok, flickr8k_dir):
       eval_data.build_eval_sets(c, tok)
 
 
+def test_multi30k_eval_translations_beside_the_eval_source(tok, multi30k_dir):
+  """Multi30k's test captions, line-aligned: a set per pair of data.languages among its four,
+  named apart from the eval source's own; bad fields are one-line errors naming them."""
+  from mural.data import multi30k  # pylint: disable=g-import-not-at-top
+  c = _synthetic_config()
+  c.data.eval_translations = dict(name="multi30k", split="test", path=multi30k_dir, max_pairs=5)
+  _, translations = eval_data.build_eval_sets(c, tok)
+  names = [t.name for t in translations]
+  assert names[-6:] == ["multi30k:en-de", "multi30k:en-fr", "multi30k:en-cs", "multi30k:de-fr", "multi30k:de-cs",
+                        "multi30k:fr-cs"]
+  assert names[:-6] and all(":" not in n for n in names[:-6])  # The synthetic source's own pairs stay.
+  test = multi30k.task1("test", ("en", "fr"), multi30k_dir).captions
+  en_fr = translations[names.index("multi30k:en-fr")]
+  for ids, mask, lang in ((en_fr.left_ids, en_fr.left_mask, "en"), (en_fr.right_ids, en_fr.right_mask, "fr")):
+    want = tok.tokenize(tf.constant(test[lang][:5]))
+    np.testing.assert_array_equal(ids, want[0].numpy())
+    np.testing.assert_array_equal(mask, want[1].numpy())
+  for fields, message in ((dict(max_pairs=-1), "eval_translations.max_pairs: must be an int >= 0"),
+                          (dict(name="wmt"), r"eval_translations.name: 'wmt' not in \['multi30k'\]"),
+                          (dict(lines=3), r"eval_translations \('multi30k'\): unknown field\(s\) \['lines'\]"),
+                          (dict(split="test_2017_flickr"), "has no 'cs' captions")):
+    c.data.eval_translations = dict(dict(name="multi30k", path=multi30k_dir), **fields)
+    with pytest.raises(ValueError, match=message):
+      eval_data.build_eval_sets(c, tok)
+  c.data.eval_translations = dict(name="multi30k", path=multi30k_dir)
+  c.data.languages = ("en", "ja")
+  with pytest.raises(ValueError, match="hold fewer than two"):
+    eval_data.build_eval_sets(c, tok)
+
+
 _EXIT_SCRIPT = """
 import sys
 from mural import system, systems

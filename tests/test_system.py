@@ -168,6 +168,7 @@ def test_a_field_no_default_has_is_a_one_line_error():
   c = systems.base_config("mural")
   c.data.synthetic.pairs_per_language = {"sw": 10}
   c.data.eval_source = dict(name="flickr8k", split="dev")
+  c.data.eval_translations = dict(name="multi30k", split="test")
   assert systems.get(c) is systems.SYSTEMS["mural"]
   c.data.synthetic.pair_per_language = {"sw": 10}
   with pytest.raises(config_lib.ConfigError, match=r"^config\.data\.synthetic\.pair_per_language: "):

@@ -12,7 +12,8 @@ and, from config.data.eval_translations ('name' in EVAL_TRANSLATIONS; '' for non
 translation sets:
   'multi30k': Multi30k task 1's line-aligned captions of a split (fields: split
       'test_2016_flickr', path None, max_pairs 0 = all), a set per pair of
-      config.data.languages among en, de, fr, cs (test_2017_* have no cs).
+      config.data.languages among en, de, fr, cs (test_2017_* have no cs), named
+      'multi30k:en-de' and so on (beside the eval source's own 'en-de').
 Only languages in config.data.languages get an EvalSet. Images go through the
 eval preprocessing (short side to data.eval_resize, central data.image_size
 crop, [-1, 1]); an eval image that cannot be decoded is an error naming it,
@@ -161,7 +162,7 @@ def multi30k_translation_sets(config, tokenizer) -> List[TranslationEvalSet]:
                      f"got {cfg['max_pairs']!r}")
   data = multi30k.task1(cfg["split"], languages, cfg["path"])
   n = cfg["max_pairs"] or len(data.images)
-  return [_translation_set(tokenizer, config.data.languages, f"{a}-{b}", a, data.captions[a][:n], b,
+  return [_translation_set(tokenizer, config.data.languages, f"multi30k:{a}-{b}", a, data.captions[a][:n], b,
                            data.captions[b][:n])
           for a, b in itertools.combinations(languages, 2)]
 
@@ -187,10 +188,5 @@ def build_eval_sets(config, tokenizer) -> Tuple[List[EvalSet], List[TranslationE
     if extra not in EVAL_TRANSLATIONS:
       raise ValueError(f"config.data.eval_translations.name: {extra!r} not in {sorted(EVAL_TRANSLATIONS)} "
                        "('' for none)")
-    more = EVAL_TRANSLATIONS[extra](config, tokenizer)
-    clash = sorted({t.name for t in translations} & {t.name for t in more})
-    if clash:
-      raise ValueError(f"config.data.eval_translations ({extra!r}): the eval source has translation sets "
-                       f"{clash} already")
-    translations = translations + more
+    translations = translations + EVAL_TRANSLATIONS[extra](config, tokenizer)
   return sets, translations
