@@ -53,6 +53,7 @@ def get_config(ablation: str = "embn_nc_lc"):
   c.data.eval_resize = 73
   c.data.shuffle_buffer = 20_000
   c.data.eval_source = dict(name="flickr8k", split="dev")
+  c.data.eval_translations = dict(name="multi30k", split="test_2016_flickr")  # As configs/flickr8k.py.
 
   c.log_every_steps = 50
   c.eval_every_steps = 500

@@ -67,6 +67,7 @@ def get_config(ablation: str = "smalr"):
   c.data.eval_resize = 73
   c.data.shuffle_buffer = 20_000
   c.data.eval_source = dict(name="flickr8k", split="dev")
+  c.data.eval_translations = dict(name="multi30k", split="test_2016_flickr")  # As configs/flickr8k.py.
   c.clc.validation_images = 50
 
   c.log_every_steps = 50
