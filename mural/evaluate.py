@@ -100,10 +100,15 @@ class Translation:
     self.sets, self.head = list(sets), head
 
   def run(self, embedder: Embedder, variables) -> Dict[str, float]:
-    results = {}
+    results, embedded = {}, {}
+
+    def texts(ids, mask):  # Sets may share a language's arrays (eval_data's multi30k): embed them once.
+      if id(ids) not in embedded:
+        embedded[id(ids)] = embedder.texts(variables, ids, mask, self.head)
+      return embedded[id(ids)]
+
     for s in self.sets:
-      left = embedder.texts(variables, s.left_ids, s.left_mask, self.head)
-      right = embedder.texts(variables, s.right_ids, s.right_mask, self.head)
+      left, right = texts(s.left_ids, s.left_mask), texts(s.right_ids, s.right_mask)
       scores = metrics.translation_accuracy(left @ right.T)
       results.update({f"{s.name}/{k}": float(v) for k, v in scores.items()})
     return results

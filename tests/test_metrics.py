@@ -114,3 +114,34 @@ def test_blockwise_recalls_equal_the_full_matrix(monkeypatch, block_elements):
   assert 0 < want["mR"] < 100
   with pytest.raises(ValueError, match="indices must lie in"):
     metrics.retrieval_metrics_from_embeddings(texts, images[:3], text_to_image)
+
+
+def test_translation_evaluator_embeds_a_shared_language_once():
+  """Sets that share a language's arrays (Multi30k's pairs) get the same scores as separate copies,
+  for one embedding call per array (the embedder here: each row's ids, as unit vectors)."""
+  from mural import evaluate  # pylint: disable=g-import-not-at-top
+  from mural.data import eval_data  # pylint: disable=g-import-not-at-top
+
+  class RowsAsVectors:
+    calls = 0
+
+    def texts(self, variables, ids, mask, head):
+      del variables, mask, head
+      self.calls += 1
+      x = ids.astype(np.float64)
+      return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+  rng = np.random.default_rng(0)
+  en, de, fr = (rng.integers(1, 50, (20, 6)) for _ in range(3))
+  de[:5], fr[3:8] = en[:5], en[3:8]  # Some exact translations, some ties.
+  ones = np.ones_like(en)
+  shared = [eval_data.TranslationEvalSet(n, a, ones, b, ones) for n, a, b in (("en-de", en, de), ("en-fr", en, fr),
+                                                                               ("de-fr", de, fr))]
+  copies = [eval_data.TranslationEvalSet(s.name, s.left_ids.copy(), ones, s.right_ids.copy(), ones) for s in shared]
+  embedder = RowsAsVectors()
+  got = evaluate.Translation(shared, head=None).run(embedder, None)
+  assert embedder.calls == 3
+  assert got == evaluate.Translation(copies, head=None).run(RowsAsVectors(), None)
+  unit = lambda x: x / np.linalg.norm(x, axis=1, keepdims=True)
+  want = metrics.translation_accuracy(unit(en.astype(np.float64)) @ unit(fr.astype(np.float64)).T)
+  assert {k: got[f"en-fr/{k}"] for k in want} == want

@@ -448,6 +448,9 @@ def test_multi30k_eval_translations_beside_the_eval_source(tok, multi30k_dir):
   assert names[-6:] == ["multi30k:en-de", "multi30k:en-fr", "multi30k:en-cs", "multi30k:de-fr", "multi30k:de-cs",
                         "multi30k:fr-cs"]
   assert names[:-6] and all(":" not in n for n in names[:-6])  # The synthetic source's own pairs stay.
+  by_name = dict(zip(names, translations))  # A language's arrays, tokenized once, shared by its pairs.
+  assert by_name["multi30k:en-fr"].left_ids is by_name["multi30k:en-de"].left_ids
+  assert by_name["multi30k:de-fr"].right_ids is by_name["multi30k:en-fr"].right_ids
   test = multi30k.task1("test", ("en", "fr"), multi30k_dir).captions
   en_fr = translations[names.index("multi30k:en-fr")]
   for ids, mask, lang in ((en_fr.left_ids, en_fr.left_mask, "en"), (en_fr.right_ids, en_fr.right_mask, "fr")):

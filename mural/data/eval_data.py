@@ -162,9 +162,9 @@ def multi30k_translation_sets(config, tokenizer) -> List[TranslationEvalSet]:
                      f"got {cfg['max_pairs']!r}")
   data = multi30k.task1(cfg["split"], languages, cfg["path"])
   n = cfg["max_pairs"] or len(data.images)
-  return [_translation_set(tokenizer, config.data.languages, f"multi30k:{a}-{b}", a, data.captions[a][:n], b,
-                           data.captions[b][:n])
-          for a, b in itertools.combinations(languages, 2)]
+  # Each language tokenized once; its arrays shared by its pairs (the evaluator embeds them once).
+  tokens = {l: _tokenize(tokenizer, data.captions[l][:n], list(config.data.languages).index(l)) for l in languages}
+  return [TranslationEvalSet(f"multi30k:{a}-{b}", *tokens[a], *tokens[b]) for a, b in itertools.combinations(languages, 2)]
 
 
 EVAL_SOURCES = {
