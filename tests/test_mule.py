@@ -534,6 +534,9 @@ def test_fasttext_vectors_fill_their_words_rows(words_file, tmp_path):
   rows, found = word_lstm.load_fasttext(str(tmp_path / "{lang}.vec"), ["en"], words, 64, 8)
   np.testing.assert_array_equal(rows[row(1)], [0.25] * 8)
   assert found == {"en": 1} and np.abs(rows[row(0)]).max() < 2
+  (tmp_path / "en.vec").write_text(f"2 8\nunseen {' '.join(['x'] * 8)}\n{second} 1 2 3 4 5 6 7 nan?\n")
+  with pytest.raises(config_lib.ConfigError, match=r"^config\.model\.text\.embeddings_path: .*en\.vec line 3 "):
+    word_lstm.load_fasttext(str(tmp_path / "{lang}.vec"), ["en"], words, 64, 8)
   (tmp_path / "en.vec").write_text(f"{first} 1 2 3\n")
   with pytest.raises(config_lib.ConfigError, match=r"^config\.model\.text\.embeddings_path: .*3-d vectors"):
     mule.build_model(config, tasks)

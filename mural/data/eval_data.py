@@ -105,13 +105,6 @@ def _source_fields(eval_source, defaults: dict, field: str = "eval_source") -> d
   return {**defaults, **cfg}
 
 
-def _translation_set(tokenizer, languages, name, left_lang, left, right_lang, right):
-  index = list(languages).index
-  left_ids, left_mask = _tokenize(tokenizer, left, index(left_lang))
-  right_ids, right_mask = _tokenize(tokenizer, right, index(right_lang))
-  return TranslationEvalSet(name, left_ids, left_mask, right_ids, right_mask)
-
-
 def synthetic_eval_sets(config, tokenizer) -> Tuple[List[EvalSet], List[TranslationEvalSet]]:
   _source_fields(config.data.eval_source, {})
   data = synthetic.build_eval_data(config)
@@ -121,10 +114,13 @@ def synthetic_eval_sets(config, tokenizer) -> Tuple[List[EvalSet], List[Translat
     if lang in config.data.languages:
       ids, mask = _tokenize(tokenizer, d.captions, list(config.data.languages).index(lang))
       sets.append(EvalSet(lang, images, ids, mask, np.asarray(d.text_to_image, np.int32)))
-  translations = [_translation_set(tokenizer, config.data.languages, name, p.left_lang, p.left, p.right_lang,
-                                   p.right)
-                  for name, p in data.translations.items()
-                  if p.left_lang in config.data.languages and p.right_lang in config.data.languages]
+  translations = []
+  for name, p in data.translations.items():
+    if p.left_lang in config.data.languages and p.right_lang in config.data.languages:
+      index = list(config.data.languages).index
+      left_ids, left_mask = _tokenize(tokenizer, p.left, index(p.left_lang))
+      right_ids, right_mask = _tokenize(tokenizer, p.right, index(p.right_lang))
+      translations.append(TranslationEvalSet(name, left_ids, left_mask, right_ids, right_mask))
   return sets, translations
 
 

@@ -191,7 +191,7 @@ def load_fasttext(path_pattern: str, languages: Sequence[str], words: dict, word
       first = f.readline()
       lines = f if len(first.split()) == 2 else itertools.chain([first], f)  # Optional 'count dim' header.
       checked = False
-      for line in lines:
+      for number, line in enumerate(lines, 2 if lines is f else 1):
         # Only the vocabulary's lines are parsed (a few % of FastText's 2M), and the first vector.
         word, _, vector = line.rstrip().partition(" ")
         row = row_of.get(word)
@@ -206,7 +206,11 @@ def load_fasttext(path_pattern: str, languages: Sequence[str], words: dict, word
           continue
         checked = True
         if row is not None:
-          table[row] = np.asarray(values, np.float32)
+          try:
+            table[row] = np.asarray(values, np.float32)
+          except ValueError:
+            raise config_lib.ConfigError(f"config.model.text.embeddings_path: {path} line {number} "
+                                         f"({word!r}) holds a value that is not a number") from None
           found[lang] += 1
   return table, found
 
