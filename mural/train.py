@@ -71,21 +71,27 @@ def jit_train_step(setup: "Setup"):
 
 
 def compile_train_step_in_background(setup: "Setup") -> futures.Future:
-  """Traces and compiles jit_train_step(setup) for the state's and batches' layouts in a thread.
+  """Traces and lowers jit_train_step(setup) here, then compiles it in a thread.
 
   The caller meanwhile learns the vocab, builds the input pipeline and initialises the state
-  (work that mostly waits on Python, TensorFlow or another compile: on 2 cores the demo starts
-  its first step ~21 s sooner). The step's first call with arrays of these layouts then finds
-  the executable in jit's caches. `.result()` waits for it and re-raises its error.
+  (work that mostly waits on Python, TensorFlow or another compile: XLA's compile, the long part,
+  runs beside it). The step's first call with arrays of these layouts then finds the executable
+  in jit's caches. `.result()` waits for it and re-raises its error.
+
+  Only XLA's compile runs in the thread, never the trace: tracing executes JAX's import
+  statements inside functions, and a module imported meanwhile in the caller's thread may swap
+  `builtins.__import__` for the whole process (`etils.epy.lazy_imports`, as tensorflow_datasets
+  does), which hands the tracing thread lazy stand-ins for JAX's own modules.
+  tests/test_train.py checks that the thread runs no import statement.
   """
   config = setup.config
   state = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
                        setup.abstract_state, setup.state_shardings)
   batch = {t.name: {k: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=setup.data_sharding)
                     for k, s in t.shapes(config).items()} for t in setup.tasks}
-  step = jit_train_step(setup)
+  lowered = jit_train_step(setup).lower(state, batch)
   pool = futures.ThreadPoolExecutor(1, thread_name_prefix="mural-compile")
-  compiled = pool.submit(lambda: step.lower(state, batch).compile())
+  compiled = pool.submit(lowered.compile)
   pool.shutdown(wait=False)  # Its one thread ends with the job.
   return compiled
 

@@ -186,6 +186,29 @@ def train_step_lowerings():
     pxla.setLevel(level)
 
 
+@contextlib.contextmanager
+def imports_in_threads(prefix: str = "mural-"):
+  """Yields a list that ends up holding (thread name, module) for each import statement run in the
+  block by a thread whose name starts with `prefix`. mural's own threads must run none: while one
+  runs, a module imported in another thread may swap builtins.__import__ for the whole process
+  (etils.epy.lazy_imports) and hand it lazy stand-ins (mural/lazy_import.py says more)."""
+  import builtins  # pylint: disable=g-import-not-at-top
+  import threading  # pylint: disable=g-import-not-at-top
+  original, seen = builtins.__import__, []
+
+  def recording(name, *args, **kwargs):
+    thread = threading.current_thread().name
+    if thread.startswith(prefix):
+      seen.append((thread, name))
+    return original(name, *args, **kwargs)
+
+  builtins.__import__ = recording
+  try:
+    yield seen
+  finally:
+    builtins.__import__ = original
+
+
 _TENSORFLOW_SPY = """
 import sys
 import tensorflow as tf

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import jit_vjp
+from conftest import imports_in_threads, jit_vjp
 from mural import kernels
 from mural.models import efficientnet
 
@@ -202,6 +202,19 @@ def test_builds_at_once_compile_once(tmp_path):
     built = list(pool.map(lambda _: kernels.build(source, tmp_path / "cache", str(compiler)), range(2)))
   assert built[0] == built[1] and built[0].exists()
   assert calls.read_text() == "run\n"
+
+
+def test_build_in_background_runs_no_import_statement(tmp_path, monkeypatch):
+  """Its thread runs beside the caller's imports, one of which may swap builtins.__import__ for
+  the whole process (etils.epy.lazy_imports): a compile from scratch (lock, compiler found on
+  PATH, library renamed into place) runs no import statement in it."""
+  source = tmp_path / "one.cc"
+  source.write_text('extern "C" int mural_one() { return 1; }\n')
+  monkeypatch.setattr(kernels, "build", functools.partial(kernels.build, source, tmp_path / "cache"))
+  with imports_in_threads() as seen:
+    kernels.build_in_background().join()
+  assert len(list((tmp_path / "cache").glob("one-*.so"))) == 1
+  assert seen == []
 
 
 def test_a_dead_builders_partial_file_is_removed_by_the_next_build(tmp_path):

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import ROOT, HookedIterator, sigterm, spy_on_tensorflow, tiny_config, train_step_lowerings
+from conftest import ROOT, HookedIterator, imports_in_threads, sigterm, spy_on_tensorflow, tiny_config, train_step_lowerings
 from mural import checkpointing
 from mural import config_lib
 from mural import describe
@@ -55,9 +55,9 @@ def uninterrupted(tiny_vocab, tmp_path_factory):
   config = tiny_config(tiny_vocab, **{"profile.start_step": 3, "profile.num_steps": 2})
   setup = train.build(config)
   # The step is compiled in a thread before the loop, and the loop's first call must find it.
-  with train_step_lowerings() as lowerings:
+  with train_step_lowerings() as lowerings, imports_in_threads() as thread_imports:
     result = train.train_and_evaluate(config, str(workdir), setup=setup)
-  result["step_lowerings"] = len(lowerings)
+  result["step_lowerings"], result["thread_imports"] = len(lowerings), thread_imports
   return config, workdir, result, setup
 
 
@@ -94,7 +94,11 @@ def test_end_to_end_outputs(uninterrupted):
   assert json.loads(hparams["data.languages"].string_value) == list(config.data.languages)
   assert len(hparams) == len(config_lib.flat(config))
   assert result["step"] == 10 and not result["preempted"]
-  assert result["step_lowerings"] == 1  # In the background; the loop's calls reuse it.
+  assert result["step_lowerings"] == 1  # Before the loop; the loop's calls reuse it.
+  # The step compiled in its thread while this thread built the input (and imported TensorFlow):
+  # the compile thread ran no import statement, so a module that swaps builtins.__import__
+  # meanwhile (etils.epy.lazy_imports) cannot reach it. Tracing there ran dozens.
+  assert result["thread_imports"] == []
   assert setup.jitted_init._cache_size() == 0  # The init program, needed once, was freed.
   assert result["eval"]["en/mR"] == scores["en/mR"]
   assert (workdir / "vocab.txt").exists() is False  # vocab_path given: nothing learned here.

@@ -25,16 +25,14 @@ from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
-from etils import epy
-
+from mural import lazy_import
 from mural.data import records
 
 # TensorFlow loads when a pipeline first uses a kind, not when a task names one:
 # building a model and its step (a benchmark, a host without TensorFlow) needs none.
-with epy.lazy_imports():
-  import tensorflow as tf
-  from mural.data import preprocess
-  from mural.data import sources
+tf = lazy_import.module("tensorflow")
+preprocess = lazy_import.module("mural.data.preprocess")
+sources = lazy_import.module("mural.data.sources")
 
 _STATUS, _OK = records.STATUS, records.OK
 

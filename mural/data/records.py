@@ -8,10 +8,9 @@ table, the task inputs and the pipeline can all import it without a cycle.
 
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
-from etils import epy
+from mural import lazy_import
 
-with epy.lazy_imports():  # Its constants are read where TensorFlow is not needed (inputs.py).
-  import tensorflow as tf
+tf = lazy_import.module("tensorflow")  # Its constants are read where TensorFlow is not needed (inputs.py).
 
 # Keys of a source config that the pipeline reads; every source accepts them.
 COMMON_FIELDS = ("name", "weight")

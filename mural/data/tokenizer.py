@@ -28,12 +28,12 @@ import collections
 import os
 from typing import Iterable, Optional, Sequence, Union
 
-from etils import epy
+from mural import lazy_import
 
-with epy.lazy_imports():  # The reserved ids are read where TensorFlow is not needed (describe).
-  import tensorflow as tf
-  import tensorflow_text as tft
-  from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset as bert_vocab
+# The reserved ids are read where TensorFlow is not needed (describe).
+tf = lazy_import.module("tensorflow")
+tft = lazy_import.module("tensorflow_text")
+bert_vocab = lazy_import.module("tensorflow_text.tools.wordpiece_vocab.bert_vocab_from_dataset")
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 RESERVED_TOKENS = (PAD, UNK, CLS, SEP, MASK)  # Their ids are their positions.

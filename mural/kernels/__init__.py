@@ -28,6 +28,7 @@ import importlib.util
 import os
 import pathlib
 import platform
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -36,6 +37,11 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 from absl import logging
+
+try:
+  import fcntl  # POSIX only: the cache folder's lock (_locked).
+except ImportError:
+  fcntl = None
 
 SOURCE = pathlib.Path(__file__).with_name("norm_act_depthwise.cc")
 # -fno-trapping-math: GCC vectorises the float -> int conversion of the exp only then.
@@ -99,7 +105,10 @@ def build(source: pathlib.Path = SOURCE, directory: Optional[pathlib.Path] = Non
       partial = pathlib.Path(tmp.name)
     logging.info("Compiling %s into %s (once per machine and source).", source.name, library)
     try:
-      command = [compiler, *FLAGS, f"-I{include}", str(source), "-o", str(partial)]
+      # By its full path: subprocess searches PATH with an import statement of its own, and
+      # build_in_background's thread runs none (train.compile_train_step_in_background says why).
+      command = [shutil.which(compiler) or compiler, *FLAGS, f"-I{include}", str(source), "-o",
+                 str(partial)]
       try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=600)
       except (OSError, subprocess.TimeoutExpired) as e:
@@ -148,9 +157,7 @@ def _locked(directory: pathlib.Path):
   """An exclusive lock on `directory` (flock: released when the process ends, however); yields
   whether it holds one. Where there are no locks (a network file system without them; no
   fcntl, as on Windows), each process builds its own copy."""
-  try:
-    import fcntl  # pylint: disable=g-import-not-at-top  (POSIX only; efficientnet imports this module)
-  except ImportError:
+  if fcntl is None:
     yield False
     return
   fd = os.open(directory, os.O_RDONLY)
