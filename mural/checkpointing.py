@@ -46,6 +46,7 @@ from absl import logging
 from etils import epath
 from jax.experimental import multihost_utils
 
+from mural import disk_space
 from mural import sharding
 from mural.state import TrainingError, TrainState
 
@@ -199,6 +200,17 @@ class _StepMetadataLogs(std_logging.Filter):
                                                      "checkpoint.py"))
 
 
+class _DiskFullLogs(std_logging.Filter):
+  """orbax's own error logs (with tracebacks, one per thread of its async save: four or five) of
+  a save that failed for want of space: Checkpoints raises it as one DiskFull line instead."""
+
+  def filter(self, record):
+    if not _in_orbax(record.pathname):
+      return True
+    return not disk_space.is_disk_full(record.exc_info[1] if record.exc_info else None) and \
+        not disk_space.is_disk_full(Exception(record.getMessage()))
+
+
 @contextlib.contextmanager
 def _listing():
   logger, quiet = std_logging.getLogger("absl"), _StepMetadataLogs()
@@ -220,6 +232,22 @@ def _drop_abandoned_reads(hook):
   return quiet
 
 
+def _quiet_asyncio_debris() -> None:
+  asyncio_logger = std_logging.getLogger("asyncio")
+  if not any(isinstance(f, _AbandonedTaskLogs) for f in asyncio_logger.filters):
+    asyncio_logger.addFilter(_AbandonedTaskLogs())
+
+
+def _quiet_failed_saves() -> None:
+  """For the rest of the process: drops the debris of an orbax save that fails part-way (a full
+  disk). Like a failed read's (_is_abandoned_read), it comes before the error reaches the
+  caller, from every array's write at once (hundreds of tracebacks, some at exit); the error
+  itself is raised by Checkpoints, once."""
+  if not getattr(sys.unraisablehook, "mural_quiet", False):
+    sys.unraisablehook = _drop_abandoned_reads(sys.unraisablehook)
+  _quiet_asyncio_debris()
+
+
 @contextlib.contextmanager
 def _quiet_failed_read(path: epath.Path):
   """Around a read of step directory `path`: drops the debris of a failed read (see
@@ -235,9 +263,7 @@ def _quiet_failed_read(path: epath.Path):
   previous, quiet = sys.unraisablehook, None
   if not getattr(previous, "mural_quiet", False):
     quiet = sys.unraisablehook = _drop_abandoned_reads(previous)
-  asyncio_logger = std_logging.getLogger("asyncio")
-  if not any(isinstance(f, _AbandonedTaskLogs) for f in asyncio_logger.filters):
-    asyncio_logger.addFilter(_AbandonedTaskLogs())
+  _quiet_asyncio_debris()
   try:
     yield
   except _Unfit:
@@ -317,6 +343,11 @@ class Checkpoints:
       options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True, enable_async_checkpointing=True)
     with _listing():
       self._manager = ocp.CheckpointManager(self.directory, options=options)
+    self._saving: Optional[int] = None  # The step of the save in flight (async), if any.
+    absl_logger = std_logging.getLogger("absl")
+    if not any(isinstance(f, _DiskFullLogs) for f in absl_logger.filters):
+      absl_logger.addFilter(_DiskFullLogs())
+    _quiet_failed_saves()
 
   def latest_step(self) -> Optional[int]:
     return self._manager.latest_step()
@@ -433,11 +464,41 @@ class Checkpoints:
     return str(self.directory / name)
 
   def save(self, step: int, state: TrainState, data_state: dict, metrics: Optional[dict] = None):
-    """Async: returns once arrays are copied off the device; writing goes on behind."""
+    """Async: returns once arrays are copied off the device; writing goes on behind. A full disk
+    (found here for the save before, or in `wait`) raises DiskFull."""
     processes = sharding.allgather_json(data_state)
-    self._manager.save(step, force=True, metrics=metrics, args=ocp.args.Composite(
-        state=ocp.args.StandardSave(state),
-        data=ocp.args.JsonSave({"process_count": len(processes), "processes": processes})))
+    with self._disk_full():
+      self._manager.wait_until_finished()  # The save before's error belongs to its own step.
+      self._saving = step
+      self._manager.save(step, force=True, metrics=metrics, args=ocp.args.Composite(
+          state=ocp.args.StandardSave(state),
+          data=ocp.args.JsonSave({"process_count": len(processes), "processes": processes})))
+
+  def resume_note(self) -> str:
+    """What the same command resumes from, said once a write failed."""
+    latest = self.latest_step()
+    if latest is None:
+      return "no checkpoint is whole yet: the same command starts from step 0 once there is space"
+    return (f"checkpoint {latest} is whole: the same command resumes from it once there is space")
+
+  @contextlib.contextmanager
+  def _disk_full(self):
+    """A save that failed for want of space -> DiskFull naming its step and the whole checkpoint
+    a rerun resumes from; the failed step's partial folder is removed (process 0), so it holds
+    no space and no later listing meets it."""
+    try:
+      yield
+    except Exception as e:  # pylint: disable=broad-except  (only a full disk is turned)
+      if not disk_space.is_disk_full(e):
+        raise
+      step, self._saving = self._saving, None
+      if jax.process_index() == 0 and step is not None and self.directory.exists():
+        for partial in self.directory.glob(f"{step}.orbax-checkpoint-tmp*"):
+          disk_space.remove(partial)
+      with _listing():
+        self._manager.reload()
+      what = f"checkpoint {step}" if step is not None else "a checkpoint"
+      raise disk_space.DiskFull(what, str(self.directory), self.resume_note()) from e
 
   def _read(self, step: int, abstract_state: TrainState, shardings: TrainState):
     """(state placed by `shardings`, the 'data' item) of `step`, or an error.
@@ -477,7 +538,10 @@ class Checkpoints:
     return data["processes"][jax.process_index()]
 
   def wait(self):
-    self._manager.wait_until_finished()
+    """Until the save in flight is on disk (DiskFull when it could not be written)."""
+    with self._disk_full():
+      self._manager.wait_until_finished()
+    self._saving = None
 
   def close(self):
     self._manager.close()

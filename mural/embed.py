@@ -32,6 +32,8 @@ from typing import Callable, Iterator, List, Optional, Tuple
 
 import numpy as np
 
+from mural import disk_space
+
 Item = Tuple[str, object]  # (id, input)
 
 
@@ -115,14 +117,6 @@ def text_inputs(path: str) -> Tuple[Optional[int], Callable[[int], Iterator[Item
 # Shards.
 
 
-def _write(path: str, data: bytes):
-  """The whole file, then a rename: a reader (or a resumed run) never sees part of one."""
-  tmp = f"{path}.tmp"
-  with open(tmp, "wb") as f:
-    f.write(data)
-  os.replace(tmp, path)
-
-
 def done_shards(directory: str) -> List[dict]:
   """The .json of shards 0, 1, ... that are done (stops at the first missing one)."""
   out = []
@@ -134,13 +128,24 @@ def done_shards(directory: str) -> List[dict]:
 
 def _save_shard(directory: str, index: int, first: int, inputs: int, ids: List[str],
                 vectors: np.ndarray, skipped: List[List[str]], dtype: str):
+  """Each file whole, then renamed; the .json last (a shard is done when it exists). A full disk
+  removes the shard's files written so far and says which shards are whole."""
   base = os.path.join(directory, f"shard-{index:05d}")
   buffer = io.BytesIO()
   np.save(buffer, vectors.astype(dtype))
-  _write(base + ".npy", buffer.getvalue())
-  _write(base + ".ids", "".join(i + "\n" for i in ids).encode("utf-8"))
   meta = {"first": first, "inputs": inputs, "rows": len(ids), "skipped": skipped}
-  _write(base + ".json", json.dumps(meta).encode("utf-8"))
+  what = f"embedding shard {index}"
+  try:
+    disk_space.write_file(base + ".npy", buffer.getvalue(), what)
+    disk_space.write_file(base + ".ids", "".join(i + "\n" for i in ids), what)
+    disk_space.write_file(base + ".json", json.dumps(meta), what)
+  except disk_space.DiskFull as e:
+    for suffix in (".npy", ".ids"):
+      disk_space.remove(base + suffix)
+    whole = ("no shard is whole yet", "shard 0 is whole")[index] if index < 2 else \
+        f"shards 0-{index - 1} are whole"
+    raise e.resuming(f"{whole}: the same command goes on from shard {index} once there is space") \
+        from e.__cause__
 
 
 def embed_inputs(model, kind: str, total: Optional[int], items: Callable[[int], Iterator[Item]],
@@ -288,10 +293,12 @@ def main(argv=None) -> int:
       if changed:
         raise ValueError(f"{args.output} holds embeddings written with other settings "
                          f"({', '.join(f'{k}={before.get(k)!r}' for k in changed)}); use a new --output")
-    _write(path, json.dumps(settings, indent=1).encode("utf-8"))
+    disk_space.write_file(path, json.dumps(settings, indent=1), "the embedding settings")
     for kind, (total, items) in inputs.items():
       embed_inputs(model, kind, total, items, os.path.join(args.output, kind), args.shard_size, args.dtype,
                    args.lang)
+  except disk_space.DiskFull as e:
+    _fail(str(e))
   except (FileNotFoundError, ValueError) as e:
     _fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
   except KeyboardInterrupt:

@@ -30,6 +30,7 @@ from absl import logging
 from etils import epath
 
 from mural import config_lib
+from mural import disk_space
 from mural import metrics
 from mural import sharding
 
@@ -177,7 +178,8 @@ def report(results: Mapping[str, float], step: int, directory: str, writer) -> s
   if jax.process_index() == 0:
     path = epath.Path(directory) / f"step_{step}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"step": int(step), **results}, indent=1, sort_keys=True))
+    disk_space.write_file(path, json.dumps({"step": int(step), **results}, indent=1, sort_keys=True),
+                          "evaluation results")
   writer.write_scalars(step, {f"eval/{k}": v for k, v in results.items()})
   writer.flush()
   return table

@@ -50,6 +50,7 @@ from etils import epath
 from flax import serialization
 
 from mural import config_lib
+from mural import disk_space
 
 MANIFEST, CONFIG, VOCAB, PARAMS, SAVED_MODEL = (
     "manifest.json", "config.json", "vocab.txt", "params.msgpack", "saved_model")
@@ -183,50 +184,54 @@ def export(config, workdir: str, export_dir: Optional[str] = None, step: Optiona
   tmp = epath.Path(f"{final}.tmp-{os.getpid()}")
   if tmp.exists():
     shutil.rmtree(tmp)
-  tmp.mkdir(parents=True)
-  shutil.copyfile(vocab_path, tmp / vocab_name)
-  (tmp / CONFIG).write_text(config.to_json(indent=1, sort_keys=True))
-  (tmp / PARAMS).write_bytes(serialization.msgpack_serialize(jax.tree.map(np.asarray, variables)))
-  # What the config names outside the workdir, in the export: the loader points each field at
-  # its copy ('' clears a field that only initialised parameters).
-  inputs = {vocab_field: vocab_name}
-  system = systems.get(config)
-  frozen = dict(models.frozen_inputs(config, model),
-                **(system.frozen_inputs(config) if system.frozen_inputs else {}))
-  for field, tree in frozen.items():
-    inputs[field] = _write_frozen(tmp, field, tree, step)
-  inputs.update({field: "" for field in system.initialisers if config_lib.get_field(config, field)})
-  embed_dim = int(jax.eval_shape(embed_fns(model, heads)[1], abstract,
-                                 jax.ShapeDtypeStruct((1, config.model.text.max_len), jnp.int32),
-                                 jax.ShapeDtypeStruct((1, config.model.text.max_len), jnp.int32)).shape[-1])
-  manifest = {
-      "format": FORMAT, "system": config.system, "step": int(step), "embed_dim": embed_dim,
-      "heads": heads, "languages": list(config.data.languages),
-      "image": {"size": int(config.data.image_size), "resize": int(config.data.eval_resize),
-                "resize_method": "short side to `resize` (bilinear, antialiased), central `size` crop",
-                "mean": [127.5] * 3, "std": [127.5] * 3, "input": "RGB, pixels in [0, 255]"},
-      "text": {"max_len": int(config.model.text.max_len), "vocab": vocab_name,
-               "normalization": "NFKC_Casefold (accents kept)",
-               "tokenizer": "words" if words else "wordpiece",
-               "needs_language": bool(words and not config.data.get("word_vocab_union", False))},
-      "files": {"params": PARAMS, "config": CONFIG, "vocab": vocab_name},
-      "inputs": inputs,
-  }
-  if saved_model:
-    tokenizer = vocab.tokenizer(config, tasks, workdir, learn_missing=False)
-    write_saved_model(model, variables, heads, config, tokenizer, str(tmp / SAVED_MODEL), platforms)
-    manifest["files"]["saved_model"] = SAVED_MODEL
-    manifest["signatures"] = dict(SIGNATURES)
-    if tokenizer.needs_language:
-      manifest["signatures"]["embed_text"] = (
-          "text: tf.string [B], lang: tf.string [B] (codes of manifest['languages']) -> embedding "
-          "float32 [B, D] (the tokenizer in the graph)")
-    manifest["platforms"] = list(platforms)
-  (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
-  if final.exists():
-    shutil.rmtree(final)
-  final.parent.mkdir(parents=True, exist_ok=True)
-  tmp.rename(final)
+  # A full disk removes the partial copy (an older export at `final` stays as it was).
+  with disk_space.writing(f"the export of step {step}", final, partial=tmp,
+                          resume=f"checkpoint {step} is untouched: the same command exports it once "
+                                 "there is space"):
+    tmp.mkdir(parents=True)
+    shutil.copyfile(vocab_path, tmp / vocab_name)
+    (tmp / CONFIG).write_text(config.to_json(indent=1, sort_keys=True))
+    (tmp / PARAMS).write_bytes(serialization.msgpack_serialize(jax.tree.map(np.asarray, variables)))
+    # What the config names outside the workdir, in the export: the loader points each field at
+    # its copy ('' clears a field that only initialised parameters).
+    inputs = {vocab_field: vocab_name}
+    system = systems.get(config)
+    frozen = dict(models.frozen_inputs(config, model),
+                  **(system.frozen_inputs(config) if system.frozen_inputs else {}))
+    for field, tree in frozen.items():
+      inputs[field] = _write_frozen(tmp, field, tree, step)
+    inputs.update({field: "" for field in system.initialisers if config_lib.get_field(config, field)})
+    embed_dim = int(jax.eval_shape(embed_fns(model, heads)[1], abstract,
+                                   jax.ShapeDtypeStruct((1, config.model.text.max_len), jnp.int32),
+                                   jax.ShapeDtypeStruct((1, config.model.text.max_len), jnp.int32)).shape[-1])
+    manifest = {
+        "format": FORMAT, "system": config.system, "step": int(step), "embed_dim": embed_dim,
+        "heads": heads, "languages": list(config.data.languages),
+        "image": {"size": int(config.data.image_size), "resize": int(config.data.eval_resize),
+                  "resize_method": "short side to `resize` (bilinear, antialiased), central `size` crop",
+                  "mean": [127.5] * 3, "std": [127.5] * 3, "input": "RGB, pixels in [0, 255]"},
+        "text": {"max_len": int(config.model.text.max_len), "vocab": vocab_name,
+                 "normalization": "NFKC_Casefold (accents kept)",
+                 "tokenizer": "words" if words else "wordpiece",
+                 "needs_language": bool(words and not config.data.get("word_vocab_union", False))},
+        "files": {"params": PARAMS, "config": CONFIG, "vocab": vocab_name},
+        "inputs": inputs,
+    }
+    if saved_model:
+      tokenizer = vocab.tokenizer(config, tasks, workdir, learn_missing=False)
+      write_saved_model(model, variables, heads, config, tokenizer, str(tmp / SAVED_MODEL), platforms)
+      manifest["files"]["saved_model"] = SAVED_MODEL
+      manifest["signatures"] = dict(SIGNATURES)
+      if tokenizer.needs_language:
+        manifest["signatures"]["embed_text"] = (
+            "text: tf.string [B], lang: tf.string [B] (codes of manifest['languages']) -> embedding "
+            "float32 [B, D] (the tokenizer in the graph)")
+      manifest["platforms"] = list(platforms)
+    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    if final.exists():
+      shutil.rmtree(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp.rename(final)
   logging.info("Exported step %d of %s to %s (embedding size %d).", step, workdir, final, embed_dim)
   return str(final)
 

@@ -21,6 +21,8 @@ from typing import List, Tuple
 
 import numpy as np
 
+from mural import disk_space
+
 TYPES = ("auto", "flat", "hnsw", "ivfpq")
 _PQ_BITS = 8  # Per sub-quantiser code: 2^8 centroids each, learned from the vectors.
 _PQ_CODES = 2 ** _PQ_BITS
@@ -102,13 +104,24 @@ class Index:
 
 
 def save(index, params: dict, ids: List[str], path: str, extra: dict) -> None:
+  """Writes the index folder beside its place and renames it in (an older index there is
+  replaced): a reader never sees half of one, and a full disk leaves no partial copy."""
   import faiss  # pylint: disable=g-import-not-at-top
-  os.makedirs(path, exist_ok=True)
-  faiss.write_index(index, os.path.join(path, "index.faiss"))
-  with open(os.path.join(path, "ids.txt"), "w", encoding="utf-8") as f:
-    f.write("".join(i + "\n" for i in ids))
-  with open(os.path.join(path, "index.json"), "w") as f:
-    json.dump({**params, "count": len(ids), "dim": index.d, **extra}, f, indent=1)
+  path = os.path.normpath(path)
+  tmp = f"{path}.tmp-{os.getpid()}"
+  disk_space.remove(tmp)
+  with disk_space.writing("the index", path, partial=tmp,
+                          resume="the embeddings are untouched: the same command builds it once there "
+                                 "is space"):
+    os.makedirs(tmp)
+    faiss.write_index(index, os.path.join(tmp, "index.faiss"))
+    with open(os.path.join(tmp, "ids.txt"), "w", encoding="utf-8") as f:
+      f.write("".join(i + "\n" for i in ids))
+    with open(os.path.join(tmp, "index.json"), "w") as f:
+      json.dump({**params, "count": len(ids), "dim": index.d, **extra}, f, indent=1)
+    disk_space.remove(path)
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    os.replace(tmp, path)
 
 
 def main(argv=None) -> int:
@@ -144,6 +157,9 @@ def main(argv=None) -> int:
     save(index, params, ids, args.index, extra)
     print(f"{params['type']} index of {len(ids)} vectors (dim {vectors.shape[1]}) in "
           f"{time.monotonic() - start:.1f} s: {args.index}", file=sys.stderr)
+  except disk_space.DiskFull as e:
+    print(f"mural.index: error: {e}", file=sys.stderr)
+    return 1
   except (FileNotFoundError, ValueError) as e:
     print(f"mural.index: error: {str(e).splitlines()[0]}", file=sys.stderr)
     return 1

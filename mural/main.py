@@ -46,6 +46,7 @@ from ml_collections import config_flags
 # Only light modules here: flags and the config (and their mistakes) come
 # before TensorFlow and JAX load (see main()).
 from mural import config_lib
+from mural import disk_space
 from mural import host_memory
 from mural import systems
 
@@ -259,6 +260,9 @@ def main(argv):
                  "compilation included).", _MODE.value, minutes, seconds)
   except config_lib.ConfigError as e:
     _fail(2, str(e))
+  except disk_space.DiskFull as e:  # What, where, the space free, and what a rerun resumes from.
+    logging.debug("Run failed", exc_info=True)
+    _fail(1, str(e))
   except (FileNotFoundError, ValueError, TrainingError) as e:
     # Missing data, unusable sources, a non-finite loss: the message says it
     # all; the traceback is in the log with --verbosity=1.

@@ -18,6 +18,7 @@ from absl import logging
 from etils import epath
 
 from mural import config_lib
+from mural import disk_space
 from mural import sharding
 from mural.state import TrainingError
 
@@ -70,7 +71,7 @@ class MetricsLog:
     if jax.process_index() == 0 and self.path.exists():
       # Lines past the restored step come from steps that will be redone.
       kept = [l for l in self.path.read_text().splitlines() if l and json.loads(l)["step"] <= start_step]
-      self.path.write_text("".join(l + "\n" for l in kept))
+      disk_space.write_file(self.path, "".join(l + "\n" for l in kept), "metrics")
 
   def add(self, step: int, metrics):
     self.pending.append((step, metrics))
@@ -102,8 +103,7 @@ class MetricsLog:
     logging.info("step %d/%d  loss %.4f  %.2f steps/s  ETA %s", step, self.total_steps,
                  scalars["loss"], scalars["steps_per_sec"], _hms(eta))
     if jax.process_index() == 0:
-      with self.path.open("a") as f:
-        f.write(json.dumps({"step": step, **scalars}) + "\n")
+      disk_space.append_line(self.path, json.dumps({"step": step, **scalars}), "metrics")
     self.writer.write_scalars(step, {f"train/{k}": v for k, v in scalars.items()})
     self.writer.flush()
     return scalars

@@ -40,6 +40,7 @@ from jax.sharding import NamedSharding
 
 from mural import checkpointing
 from mural import config_lib
+from mural import disk_space
 from mural import evaluate as evaluate_lib
 from mural import host_memory
 from mural import metric_log
@@ -355,7 +356,7 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
     plan.check_fits(compiling.result(), plan.constant_bytes(config, setup.model))
   host_memory.release_freed_memory()  # The compile's freed heap (~1 GiB at bench_step's size).
   total = config.total_steps
-  preempted = False
+  preempted = trained = False
   early_stopped = stopper is not None and stopper.exhausted
   try:
     if start_step >= total or early_stopped:
@@ -396,11 +397,19 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
                        "%d, is kept (checkpoints.best_step).", step, stopper.metric, stopper.patience,
                        stopper.best_step)
           break
+    trained = True
+  except disk_space.DiskFull as e:  # Metrics or eval files: say what the same command resumes from.
+    raise (e if e.resume else e.resuming(checkpoints.resume_note())) from e.__cause__
   finally:
     trace.stop()  # A run that ends inside the traced steps still writes their trace.
-    checkpoints.wait()  # Let an in-flight async save finish, even on an error.
-    checkpoints.close()
-    writer.close()
+    try:
+      checkpoints.wait()  # Let an in-flight async save finish, even on an error.
+    except disk_space.DiskFull:
+      if trained:  # Else the run's own error is on its way, and is the one to report.
+        raise
+    finally:
+      checkpoints.close()
+      writer.close()
   return {"step": int(sharding.to_host(state.step)), "train": log.last, "eval": eval_results,
           "early_stopped": early_stopped, "best_step": stopper.best_step if stopper else None,
           "preempted": preempted, "state": state, "setup": setup}

@@ -209,6 +209,49 @@ def imports_in_threads(prefix: str = "mural-"):
     builtins.__import__ = original
 
 
+class SmallDisk:
+  """A folder on a tmpfs of its own, which `fill` makes full: the real ENOSPC of every writer
+  (Python's, tensorstore's under orbax, TensorFlow's, faiss's), which no mock gives."""
+
+  def __init__(self, path: pathlib.Path):
+    self.path, self._filler = path, path / ".filler"
+
+  def free_bytes(self) -> int:
+    import shutil  # pylint: disable=g-import-not-at-top
+    return shutil.disk_usage(self.path).free
+
+  def fill(self, leave: int = 0) -> None:
+    """Leaves about `leave` bytes free (tmpfs counts whole pages)."""
+    with open(self._filler, "ab") as f:
+      f.write(b"\0" * max(self.free_bytes() - leave, 0))
+
+  def empty(self) -> None:
+    self._filler.unlink(missing_ok=True)
+
+  def files(self):
+    """Every file and folder on it but the filler, relative paths, sorted."""
+    return sorted(str(p.relative_to(self.path)) for p in self.path.rglob("*") if p != self._filler)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+  """A 32 MB tmpfs mounted for the test (needs root: skipped, saying so, where mounting fails)."""
+  mount = tmp_path / "small_disk"
+  mount.mkdir()
+  try:
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(mount)],
+                       capture_output=True, text=True, timeout=30)
+    error = r.stderr.strip() if r.returncode else ""
+  except OSError as e:  # No mount command.
+    error = str(e)
+  if error:
+    pytest.skip(f"a full disk needs a tmpfs of its own, and mounting one failed: {error}")
+  try:
+    yield SmallDisk(mount)
+  finally:
+    subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
 _TENSORFLOW_SPY = """
 import sys
 import tensorflow as tf

@@ -17,6 +17,7 @@ from PIL import Image, ImageFile, features
 import pytest
 
 from conftest import spy_on_tensorflow
+from mural import disk_space
 from mural.data import convert
 from mural.data import preprocess
 from mural.data import sources
@@ -311,6 +312,22 @@ def test_failed_runs_leave_nothing_in_the_way(tmp_path, monkeypatch):
   (out / "data.stats.json").unlink()  # As if killed between renaming the shards and the stats.
   with pytest.raises(ValueError, match="already holds 3 .*killed while renaming"):
     convert.convert(str(rows), str(out), 3)
+
+
+def test_a_full_disk_is_one_error_and_leaves_no_partial_shard(tmp_path, small_disk):
+  image = np.random.default_rng(0).integers(0, 255, (256, 256, 3), dtype=np.uint8)  # ~200 kB as PNG.
+  (tmp_path / "a.png").write_bytes(_save(Image.fromarray(image), "PNG"))
+  rows = tmp_path / "rows.tsv"
+  rows.write_text("".join(f"a.png\tcaption {i}\ten\n" for i in range(20)), encoding="utf-8")
+  out = small_disk.path / "out"
+  small_disk.fill(leave=1_000_000)  # Room for a few records of the 20.
+  with pytest.raises(disk_space.DiskFull, match=rf"^no space left on device writing data-\*\.tfrecord shards to "
+                     rf"{out} \(.* free there now\); the partial shards are removed: the same command "
+                     "converts the input once there is space$"):
+    convert.convert(str(rows), str(out), 2)
+  assert os.listdir(out) == []
+  small_disk.empty()
+  assert convert.convert(str(rows), str(out), 2).written == 20
 
 
 def test_cli(tmp_path):

@@ -21,6 +21,7 @@ import pytest
 
 from conftest import ROOT, TINY_FEATURES, HookedIterator, sigterm, tiny_config, xla_flags
 from mural import config_lib
+from mural import disk_space
 from mural import embed
 from mural import export
 from mural import index as index_lib
@@ -279,6 +280,60 @@ def test_embed_index_search_reproduce_the_evaluators_recalls(trained, tmp_path, 
   assert search.main(["--export", trained.export_dir, "--index", str(tmp_path / "nowhere"),
                       "--query", "x"]) == 1
   assert capsys.readouterr().err.strip().count("\n") == 0
+
+
+def test_a_full_disk_in_export_embed_and_index_is_one_line_and_leaves_no_part(trained, small_disk,
+                                                                              tmp_path, capsys, monkeypatch):
+  """Each writer meets a real ENOSPC: one line (what, where, the space free, what is whole), no
+  partial file or folder left, and the same command finishes once there is space."""
+  target = small_disk.path / "export"
+  first = export.export(trained.config, str(trained.workdir), str(target), saved_model=False)
+  small_disk.fill(leave=0)
+  with pytest.raises(disk_space.DiskFull) as full:
+    export.export(trained.config, str(trained.workdir), str(target), saved_model=False)
+  assert re.fullmatch(rf"no space left on device writing the export of step 100 to {target} \(.* free "
+                      r"there now\); checkpoint 100 is untouched: the same command exports it once there "
+                      r"is space", str(full.value)), str(full.value)
+  assert not [f for f in small_disk.files() if ".tmp" in f]  # The earlier export stays whole.
+  np.testing.assert_array_equal(export.load(first).embed_texts(TEXTS[:2]),
+                                export.load(trained.export_dir).embed_texts(TEXTS[:2]))
+
+  # mural.embed: shard 1 meets the full disk; shard 0 stays, shard 1 leaves nothing.
+  small_disk.empty()
+  (tmp_path / "texts.tsv").write_text("".join(f"t{i}\t{t}\n" for i, t in enumerate(TEXTS[:6])))
+  out = small_disk.path / "embeddings"
+  args = ["--export", first, "--texts", str(tmp_path / "texts.tsv"), "--output", str(out),
+          "--shard_size", "3", "--dtype", "float32"]
+  save = embed._save_shard
+  def fill_before_shard_1(directory, index, *rest):
+    if index == 1:
+      small_disk.fill(leave=0)
+    return save(directory, index, *rest)
+  monkeypatch.setattr(embed, "_save_shard", fill_before_shard_1)
+  with pytest.raises(SystemExit) as stopped:
+    embed.main(args)
+  err = capsys.readouterr().err.strip().splitlines()[-1]
+  assert stopped.value.code == 1 and re.fullmatch(
+      rf"mural.embed: error: no space left on device writing embedding shard 1 to {out}/texts/shard-00001"
+      r"\.npy \(.* free there now\); shard 0 is whole: the same command goes on from shard 1 once there "
+      r"is space", err), err
+  assert sorted(f for f in small_disk.files() if f.startswith("embeddings/texts/")) == [
+      "embeddings/texts/shard-00000.ids", "embeddings/texts/shard-00000.json",
+      "embeddings/texts/shard-00000.npy"]
+  monkeypatch.setattr(embed, "_save_shard", save)
+  small_disk.empty()
+  assert embed.main(args) == 0
+  assert "resuming after 1 done shards (3 inputs)" in capsys.readouterr().err
+  assert embed.load_embeddings(str(out / "texts"))[1] == [f"t{i}" for i in range(6)]
+
+  # mural.index: the folder is written beside its place; a full disk leaves neither.
+  small_disk.fill(leave=0)
+  assert index_lib.main(["--embeddings", str(out), "--kind", "texts", "--index", str(small_disk.path / "ix")]) == 1
+  err = capsys.readouterr().err.strip().splitlines()[-1]
+  assert err.startswith(f"mural.index: error: no space left on device writing the index to {small_disk.path}/ix (")
+  assert not [f for f in small_disk.files() if f.startswith("ix")]
+  small_disk.empty()
+  assert index_lib.main(["--embeddings", str(out), "--kind", "texts", "--index", str(small_disk.path / "ix")]) == 0
 
 
 def test_svcca_compares_the_exports_languages_on_parallel_sentences(trained, capsys, tmp_path):

@@ -14,6 +14,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 import jax
 import jax.numpy as jnp
@@ -23,6 +24,7 @@ import pytest
 from conftest import ROOT, HookedIterator, imports_in_threads, sigterm, spy_on_tensorflow, tiny_config, train_step_lowerings
 from mural import checkpointing
 from mural import config_lib
+from mural import disk_space
 from mural import describe
 from mural import evaluate as evaluate_lib
 from mural import metric_log
@@ -147,6 +149,37 @@ def test_sigterm_checkpoints_and_resume_matches_uninterrupted(uninterrupted, tmp
                jax.device_get(full["state"].opt_state))
   assert resumed["eval"] == full["eval"]
   assert train.jit_train_step(setup)._cache_size() == 1  # Three runs, one trace of the step.
+
+
+def test_a_full_disk_at_a_checkpoint_is_one_error_and_the_same_command_resumes(uninterrupted, small_disk,
+                                                                              caplog):
+  """The disk fills after checkpoint 5 is on it, with room left for metrics but not checkpoint 10:
+  one DiskFull naming both steps; orbax's own error logs and the half-written step 10 are gone;
+  with space back, the same run resumes from 5 and ends where the uninterrupted one did."""
+  config, _, full, setup = uninterrupted
+  workdir = small_disk.path / "run"
+
+  def fill_after_checkpoint_5(batch):
+    deadline = time.monotonic() + 120
+    while not (workdir / "checkpoints" / "5").is_dir() and time.monotonic() < deadline:
+      time.sleep(0.05)  # The async save's rename to "5" marks it whole.
+    small_disk.fill(leave=200_000)
+
+  with pytest.raises(disk_space.DiskFull) as full_disk:
+    train.train_and_evaluate(config, str(workdir), setup=setup, evaluators=[], train_iter=HookedIterator(
+        _pipeline(config, workdir, setup), 7, fill_after_checkpoint_5))
+  assert re.fullmatch(rf"no space left on device writing checkpoint 10 to {workdir}/checkpoints \(.* free "
+                      r"there now\); checkpoint 5 is whole: the same command resumes from it once there is "
+                      r"space", str(full_disk.value)), str(full_disk.value)
+  assert sorted(p.name for p in (workdir / "checkpoints").iterdir()) == ["5"]  # No partial step 10.
+  assert not [r for r in caplog.records if "orbax" in r.pathname and r.levelno >= logging.WARNING]
+  assert [l["step"] for l in read_jsonl(workdir / "metrics.jsonl")] == list(range(1, 11))
+
+  small_disk.empty()
+  resumed = train.train_and_evaluate(config, str(workdir), setup=setup, evaluators=[])
+  assert resumed["step"] == 10
+  jax.tree.map(np.testing.assert_array_equal, jax.device_get(resumed["state"].params),
+               jax.device_get(full["state"].params))
 
 
 def test_ctrl_c_stops_at_the_next_step_and_a_second_one_interrupts():

@@ -83,6 +83,7 @@ import numpy as np
 from PIL import Image
 import tensorflow as tf
 
+from mural import disk_space
 from mural.data import preprocess
 
 DEFAULT_COLUMNS = ("image_path", "caption", "lang")
@@ -352,6 +353,9 @@ def convert(input_path: str,
   writers = [tf.io.TFRecordWriter(p) for p in temps[:-1]]
   old_field_limit, old_max_pixels = csv.field_size_limit(max_field_chars), Image.MAX_IMAGE_PIXELS
   Image.MAX_IMAGE_PIXELS = max_pixels
+  full_disk = disk_space.writing(f"{prefix}-*.tfrecord shards", output_dir,
+                                 resume="the partial shards are removed: the same command converts "
+                                        "the input once there is space")
   try:
     with tf.io.gfile.GFile(input_path, "rb") as raw:
       text = io.TextIOWrapper(io.BufferedReader(_Raw(raw)), encoding="utf-8-sig",
@@ -362,13 +366,17 @@ def convert(input_path: str,
       w.close()
     with tf.io.gfile.GFile(temps[-1], "w") as f:
       json.dump(dataclasses.asdict(stats), f, indent=1, ensure_ascii=False)
-  except BaseException:
+  except BaseException as e:
     for w in writers:
-      w.close()
+      try:
+        w.close()
+      except Exception:  # pylint: disable=broad-except  (a full disk fails the flush: e says it)
+        pass
     for t in temps:
       if tf.io.gfile.exists(t):
         tf.io.gfile.remove(t)
-    raise
+    with full_disk:  # DiskFull when e is a full disk, else e itself.
+      raise e
   finally:
     csv.field_size_limit(old_field_limit)
     Image.MAX_IMAGE_PIXELS = old_max_pixels
@@ -471,6 +479,9 @@ def main(argv):
   except ValueError as e:
     print(f"convert: error: {e}", file=sys.stderr)
     return 2
+  except disk_space.DiskFull as e:
+    print(f"convert: error: {e}", file=sys.stderr)
+    return 1
   print(stats.summary())
   return 0 if stats.written else 1
 
