@@ -475,7 +475,12 @@ class Checkpoints:
           data=ocp.args.JsonSave({"process_count": len(processes), "processes": processes})))
 
   def resume_note(self) -> str:
-    """What the same command resumes from, said once a write failed."""
+    """What the same command resumes from, said once a write failed: the newest step on disk
+    once the save in flight, if any, has ended (it may fail for the same want of space)."""
+    try:
+      self.wait()
+    except disk_space.DiskFull:
+      pass
     latest = self.latest_step()
     if latest is None:
       return "no checkpoint is whole yet: the same command starts from step 0 once there is space"

@@ -23,11 +23,27 @@ from mural import sharding
 from mural.state import TrainingError
 
 
+class _DiskFullChecked:
+  """A clu MetricWriter whose calls turn a full disk (TensorFlow's event file writer raises
+  ResourceExhaustedError) into disk_space.DiskFull."""
+
+  def __init__(self, inner, workdir: str):
+    self._inner, self._workdir = inner, workdir
+
+  def __getattr__(self, name):
+    method = getattr(self._inner, name)
+
+    def checked(*args, **kwargs):
+      with disk_space.writing("TensorBoard events", self._workdir):
+        return method(*args, **kwargs)
+    return checked
+
+
 def writer(workdir: str):
   """A clu MetricWriter; clu (and with it TensorFlow) loads here, not at import."""
   from clu import metric_writers  # pylint: disable=g-import-not-at-top
   if jax.process_index() == 0:
-    return metric_writers.SummaryWriter(str(workdir))
+    return _DiskFullChecked(metric_writers.SummaryWriter(str(workdir)), str(workdir))
   return metric_writers.MultiWriter([])
 
 

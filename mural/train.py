@@ -409,7 +409,11 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
         raise
     finally:
       checkpoints.close()
-      writer.close()
+      try:
+        writer.close()
+      except disk_space.DiskFull:
+        if trained:
+          raise
   return {"step": int(sharding.to_host(state.step)), "train": log.last, "eval": eval_results,
           "early_stopped": early_stopped, "best_step": stopper.best_step if stopper else None,
           "preempted": preempted, "state": state, "setup": setup}

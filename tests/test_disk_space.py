@@ -52,3 +52,14 @@ def test_append_line_on_a_full_disk_leaves_no_half_line(small_disk):
   small_disk.empty()
   disk_space.append_line(path, json.dumps({"step": 2}), "metrics")
   assert [json.loads(l)["step"] for l in path.read_text().splitlines()] == [1, 2]
+
+
+def test_tensorboard_events_on_a_full_disk_are_disk_full(small_disk):
+  from mural import metric_log  # pylint: disable=g-import-not-at-top  (TensorFlow)
+  writer = metric_log.writer(str(small_disk.path))
+  writer.write_scalars(1, {"loss": 1.0})
+  writer.flush()
+  small_disk.fill(leave=0)
+  with pytest.raises(disk_space.DiskFull, match=f"writing TensorBoard events to {small_disk.path} "):
+    writer.write_scalars(2, {"loss": 0.5, **{f"pad{i}": 0.0 for i in range(2000)}})
+    writer.flush()
