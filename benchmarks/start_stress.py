@@ -9,7 +9,7 @@ way a new user's first run starts; it passes when the run logs its first step
 (metrics.jsonl's first line) and is then killed. The start-up runs several threads at once (the
 kernels' build, the step's compile, TensorFlow's input), so a fault that depends on their
 timing shows as a failed start here. Configs at the papers' sizes start at CPU scale
-(PAPER_SIZE_OVERRIDES: batch 8, 64 px); the others as shipped. Prints one line per start and a
+(PAPER_SIZE: batch 8, 64 px); the others as shipped. Prints one line per start and a
 table; exits 1 when any start failed.
 """
 
@@ -27,10 +27,12 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # `recorded.py` reads a workdir's record: it is not a config of its own.
 NOT_STARTABLE = ("recorded",)
-# Configs a 2-core machine cannot start as shipped (batch 4096 of 289-800 px): their own towers
-# and tasks at a batch and image size that fit.
-PAPER_SIZE = ("mural_base", "mural_large", "align_base", "align_l2")
+# Configs at the papers' sizes, which a 2-core machine cannot start as shipped (batches of 128-4096
+# at 112-800 px): their own towers and tasks at a batch and image size that fit.
+PAPER_SIZE = ("align_base", "align_l2", "globetrotter", "kadar", "mule", "mural_base", "mural_large",
+              "smalr")
 PAPER_SIZE_OVERRIDES = ("--config.data.image_size=64", "--config.eval_batch_size=8")
+PAPER_SIZE_BATCH = 8
 
 
 def shipped_configs():
@@ -41,10 +43,12 @@ def command(name: str, workdir: str):
   args = [sys.executable, "-m", "mural.main", f"--config=configs/{name}.py", f"--workdir={workdir}",
           "--config.log_every_steps=1"]
   if name in PAPER_SIZE:
+    sys.path.insert(0, str(ROOT))
+    from mural import config_lib  # pylint: disable=g-import-not-at-top  (ml_collections only)
+    tasks = config_lib.from_file(ROOT / "configs" / f"{name}.py").tasks
     args += PAPER_SIZE_OVERRIDES
-    args += [f"--config.tasks.{task}.batch_size=8" for task in ("i2t", "t2t")]
-    if name.startswith("align"):
-      args.remove("--config.tasks.t2t.batch_size=8")
+    args += [f"--config.tasks.{task}.batch_size={PAPER_SIZE_BATCH}" for task in tasks
+             if "batch_size" in tasks[task]]
   return args
 
 
