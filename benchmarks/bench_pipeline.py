@@ -21,7 +21,6 @@ data.set_tensorflow_env_defaults()  # As mural's commands run TensorFlow: before
 
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-from mural import config_lib  # pylint: disable=g-import-not-at-top
 from mural import system  # pylint: disable=g-import-not-at-top
 from mural import systems  # pylint: disable=g-import-not-at-top
 from mural.data import pipeline  # pylint: disable=g-import-not-at-top
@@ -61,7 +60,7 @@ def main(argv=None) -> None:
   c.tasks.i2t.sources = [dict(name=args.source, weight=1.0)]
   if not args.t2t:
     c.tasks.t2t.sources = []
-  config_lib.validate(c)
+  systems.validate(c)
   data.set_tensorflow_intra_op_threads(c.data.tf_intra_op_threads)  # As mural.main does.
 
   with tempfile.TemporaryDirectory() as tmp:

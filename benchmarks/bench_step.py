@@ -178,7 +178,6 @@ def parse_args(argv):
 
 def make_config(args):
   """The ALIGN system with the benchmark's towers, through the ordinary config path."""
-  from mural import config_lib  # pylint: disable=g-import-not-at-top
   from mural import systems  # pylint: disable=g-import-not-at-top
   c = systems.base_config("align")
   im = c.model.image
@@ -205,7 +204,7 @@ def make_config(args):
   if args.optimizer == "adamw":
     c.optim.layer_adaptation = False
   c.total_steps = 1_000_000
-  config_lib.validate(c)
+  systems.validate(c)
   return c
 
 

@@ -11,7 +11,7 @@ most --steps c2i steps), scored at their best evaluation on 200 held-out
 scenes. Budgets count c2i steps: a model with c2c draws it on half its steps,
 so it runs twice the steps with twice the evaluation interval (without that
 the c2c models were stopped on the max-of-hinges plateau every model starts
-on, after half the c2i steps; README, Kádár et al.). The rate is constant
+on, after half the c2i steps; docs/systems.md, "Kádár et al."). The rate is constant
 (configs/kadar.py: optim.decay = False, as in the paper's code):
 
   mono-en      c2i on English only                       (Monolingual)
@@ -117,7 +117,7 @@ def main():
   start = time.time()
   os.makedirs(args.workdir, exist_ok=True)
   vocab_config = model_config(args, *MODELS["multi"])
-  words = word_vocab.learn(vocab_config, system.active_tasks(systems.get(vocab_config), vocab_config),
+  words = word_vocab.learn(vocab_config, system.vocabulary_tasks(systems.get(vocab_config), vocab_config),
                            args.workdir)
   print(f"vocabulary {words} ({time.time() - start:.0f} s)", flush=True)
 

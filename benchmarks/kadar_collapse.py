@@ -33,14 +33,14 @@ def main():
   args = p.parse_args()
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from mural import checkpointing, config_lib, system, systems, train  # pylint: disable=g-import-not-at-top
+  from mural import checkpointing, system, systems, train  # pylint: disable=g-import-not-at-top
   from mural.data import pipeline, training_text, vocab, word_vocab  # pylint: disable=g-import-not-at-top
   training_text.RECORDS_PER_SOURCE = 2000
   claim_args = argparse.Namespace(seed=args.seed, backbone_workdir=args.backbone_workdir, rich=1000, scarce=200,
                                   rich_pairs=1000, steps=args.steps, eval_every=args.steps, patience=1)
   os.makedirs(args.workdir, exist_ok=True)
   vocab_config = kadar_claim.model_config(claim_args, *kadar_claim.MODELS["multi"])  # All four languages' words.
-  words = word_vocab.learn(vocab_config, system.active_tasks(systems.get(vocab_config), vocab_config), args.workdir)
+  words = word_vocab.learn(vocab_config, system.vocabulary_tasks(systems.get(vocab_config), vocab_config), args.workdir)
   c = kadar_claim.model_config(claim_args, *kadar_claim.MODELS["multi-c2c"])
   c.data.word_vocab_path = words
   c.checkpoint_every_steps = args.every
@@ -53,7 +53,7 @@ def main():
     for name in parents:
       node = node[name]
     node[leaf] = eval(value)  # pylint: disable=eval-used
-  config_lib.validate(c)
+  systems.validate(c)
   workdir = os.path.join(args.workdir, "run")
   train.train_and_evaluate(c, workdir)
 

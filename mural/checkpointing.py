@@ -30,10 +30,7 @@ starts, backbones) read that step by default when a run recorded one.
 
 import contextlib
 import gc
-import logging as std_logging
-import os
 import signal
-import sys
 import threading
 import time
 from typing import Any, List, Optional, Tuple
@@ -47,6 +44,7 @@ from etils import epath
 from jax.experimental import multihost_utils
 
 from mural import disk_space
+from mural import orbax_quiet
 from mural import sharding
 from mural.state import TrainingError, TrainState
 
@@ -136,149 +134,6 @@ def _misfit(stored_tree, target) -> Optional[str]:
   return problems[0] + more
 
 
-def _in_orbax(filename: str) -> bool:
-  return "orbax" in filename.split(os.sep)
-
-
-def _raised_in_orbax(exc: Optional[BaseException]) -> bool:
-  """Whether `exc` or an exception it chains to was raised in orbax's code."""
-  seen = set()
-  while exc is not None and id(exc) not in seen:
-    seen.add(id(exc))
-    tb = exc.__traceback__
-    while tb is not None:
-      if _in_orbax(tb.tb_frame.f_code.co_filename):
-        return True
-      tb = tb.tb_next
-    exc = exc.__cause__ or exc.__context__
-  return False
-
-
-_reads: set = set()  # Step directories read (or being read) here: their debris is dropped.
-
-
-def _about_a_read(exc: Optional[BaseException], text: str = "") -> bool:
-  """Whether `exc` (or `text`) comes from an orbax read of one of `_reads`."""
-  if exc is not None:
-    text += str(exc)
-  return _raised_in_orbax(exc) or any(path in text for path in _reads)
-
-
-def _is_abandoned_read(unraisable) -> bool:
-  """Debris of an orbax read that failed part-way.
-
-  orbax reads every array in one asyncio.gather on a private event loop; when
-  one read fails it closes the loop with the others in flight. Their
-  tensorstore callbacks then hit 'Event loop is closed', and their coroutines
-  and futures are collected with exceptions nobody retrieved: dozens of
-  tracebacks, some at interpreter exit, long after the error was handled.
-  """
-  exc = unraisable.exc_value
-  if isinstance(exc, RuntimeError) and str(exc) == "Event loop is closed":
-    return True
-  code = getattr(unraisable.object, "cr_code", None)
-  return (code is not None and _in_orbax(code.co_filename)) or _about_a_read(exc)
-
-
-class _AbandonedTaskLogs(std_logging.Filter):
-  """asyncio's '... exception was never retrieved' for the tasks and futures of a failed read."""
-
-  def filter(self, record):
-    exc = record.exc_info[1] if record.exc_info else None
-    return not (os.sep + "orbax" + os.sep in record.getMessage()
-                or _about_a_read(exc, record.getMessage()))
-
-
-class _StepMetadataLogs(std_logging.Filter):
-  """orbax's complaints about a step's _CHECKPOINT_METADATA (a missing file, its whole text when
-  it does not parse) while it lists steps or reads one item of a step (which has none of its
-  own). That file holds only timestamps: a step that is really broken gets its own one-line
-  warning when it is restored."""
-
-  def filter(self, record):
-    return not record.pathname.endswith(os.path.join("orbax", "checkpoint", "_src", "metadata",
-                                                     "checkpoint.py"))
-
-
-class _DiskFullLogs(std_logging.Filter):
-  """orbax's own error logs (with tracebacks, one per thread of its async save: four or five) of
-  a save that failed for want of space: Checkpoints raises it as one DiskFull line instead."""
-
-  def filter(self, record):
-    if not _in_orbax(record.pathname):
-      return True
-    return not disk_space.is_disk_full(record.exc_info[1] if record.exc_info else None) and \
-        not disk_space.is_disk_full(Exception(record.getMessage()))
-
-
-@contextlib.contextmanager
-def _listing():
-  logger, quiet = std_logging.getLogger("absl"), _StepMetadataLogs()
-  logger.addFilter(quiet)
-  try:
-    yield
-  finally:
-    logger.removeFilter(quiet)
-
-
-_failed_reads = 0  # In this process: once one failed, its debris may show up until exit.
-
-
-def _drop_abandoned_reads(hook):
-  def quiet(unraisable):
-    if not _is_abandoned_read(unraisable):
-      hook(unraisable)
-  quiet.mural_quiet = True
-  return quiet
-
-
-def _quiet_asyncio_debris() -> None:
-  asyncio_logger = std_logging.getLogger("asyncio")
-  if not any(isinstance(f, _AbandonedTaskLogs) for f in asyncio_logger.filters):
-    asyncio_logger.addFilter(_AbandonedTaskLogs())
-
-
-def _quiet_failed_saves() -> None:
-  """For the rest of the process: drops the debris of an orbax save that fails part-way (a full
-  disk). Like a failed read's (_is_abandoned_read), it comes before the error reaches the
-  caller, from every array's write at once (hundreds of tracebacks, some at exit); the error
-  itself is raised by Checkpoints, once."""
-  if not getattr(sys.unraisablehook, "mural_quiet", False):
-    sys.unraisablehook = _drop_abandoned_reads(sys.unraisablehook)
-  _quiet_asyncio_debris()
-
-
-@contextlib.contextmanager
-def _quiet_failed_read(path: epath.Path):
-  """Around a read of step directory `path`: drops the debris of a failed read (see
-  _is_abandoned_read).
-
-  The filters go up before the read (debris can come while orbax shuts its
-  event loop down, before the error reaches us) and stay for the rest of the
-  process once a read has failed (more comes as the coroutines and futures
-  are collected, some at exit).
-  """
-  global _failed_reads
-  _reads.add(str(path))
-  previous, quiet = sys.unraisablehook, None
-  if not getattr(previous, "mural_quiet", False):
-    quiet = sys.unraisablehook = _drop_abandoned_reads(previous)
-  _quiet_asyncio_debris()
-  try:
-    yield
-  except _Unfit:
-    _reads.discard(str(path))  # Found before any array is read: no debris.
-    raise
-  except Exception:
-    _failed_reads += 1
-    raise
-  else:
-    _reads.discard(str(path))
-  finally:
-    if quiet is not None and not _failed_reads and sys.unraisablehook is quiet:
-      sys.unraisablehook = previous
-
-
 def _score(metrics) -> float:
   """orbax's best_fn: an evaluated step's score (higher is better), -inf for the others."""
   return float(metrics["score"]) if metrics and metrics.get("evaluated") else -float("inf")
@@ -341,13 +196,10 @@ class Checkpoints:
                                              best_mode="max", preservation_policy=policy)
     else:
       options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True, enable_async_checkpointing=True)
-    with _listing():
+    with orbax_quiet.listing():
       self._manager = ocp.CheckpointManager(self.directory, options=options)
     self._saving: Optional[int] = None  # The step of the save in flight (async), if any.
-    absl_logger = std_logging.getLogger("absl")
-    if not any(isinstance(f, _DiskFullLogs) for f in absl_logger.filters):
-      absl_logger.addFilter(_DiskFullLogs())
-    _quiet_failed_saves()
+    orbax_quiet.quiet_failed_saves()
 
   def latest_step(self) -> Optional[int]:
     return self._manager.latest_step()
@@ -429,7 +281,7 @@ class Checkpoints:
     """({'kind', 'message'}, state, data state) of one step; kind: 'ok', 'unfit' (another model),
     'unreadable' (its files), 'failed' (not its files: out of memory, ...)."""
     try:
-      with _quiet_failed_read(self.directory / str(step)):
+      with orbax_quiet.quiet_failed_read(self.directory / str(step), before_any_read=_Unfit):
         state, data = self._read(step, abstract_state, shardings)
       return {"kind": "ok", "message": ""}, state, data
     except _Unfit as e:
@@ -459,7 +311,7 @@ class Checkpoints:
     if isinstance(name, dict):
       raise TrainingError(f"checkpoint {step} in {self.directory} cannot be read and cannot be moved "
                           f"aside ({name['error']}); move it out of the way by hand")
-    with _listing():
+    with orbax_quiet.listing():
       self._manager.reload()  # Its cached list of steps still has this one.
     return str(self.directory / name)
 
@@ -500,7 +352,7 @@ class Checkpoints:
       if jax.process_index() == 0 and step is not None and self.directory.exists():
         for partial in self.directory.glob(f"{step}.orbax-checkpoint-tmp*"):
           disk_space.remove(partial)
-      with _listing():
+      with orbax_quiet.listing():
         self._manager.reload()
       what = f"checkpoint {step}" if step is not None else "a checkpoint"
       raise disk_space.DiskFull(what, str(self.directory), self.resume_note()) from e
@@ -565,7 +417,7 @@ def _best_step(manager) -> Optional[int]:
 
 def best_step(workdir: str) -> Optional[int]:
   """The step an early-stopping run recorded as its best (None: none recorded)."""
-  with _listing(), ocp.CheckpointManager(directory(workdir), options=ocp.CheckpointManagerOptions(
+  with orbax_quiet.listing(), ocp.CheckpointManager(directory(workdir), options=ocp.CheckpointManagerOptions(
       create=False, best_fn=_score, best_mode="max")) as manager:
     return _best_step(manager)
 
@@ -581,7 +433,7 @@ def read_params(workdir: str, step: Optional[int] = None) -> Tuple[int, dict]:
   nothing: an unreadable newest step gets one warning line and the step
   before it is read; a chosen `step` that does not read is an error.
   """
-  with _listing(), ocp.CheckpointManager(directory(workdir), options=ocp.CheckpointManagerOptions(
+  with orbax_quiet.listing(), ocp.CheckpointManager(directory(workdir), options=ocp.CheckpointManagerOptions(
       create=False, best_fn=_score, best_mode="max")) as manager:
     steps = sorted(manager.all_steps(), reverse=True)
     best = _best_step(manager) if steps else None
@@ -597,7 +449,8 @@ def read_params(workdir: str, step: Optional[int] = None) -> Tuple[int, dict]:
   for candidate in steps:
     path = directory(workdir) / str(candidate) / "state"
     try:
-      with _quiet_failed_read(path.parent), _listing():  # The item has no _CHECKPOINT_METADATA.
+      # The item has no _CHECKPOINT_METADATA of its own.
+      with orbax_quiet.quiet_failed_read(path.parent), orbax_quiet.listing():
         return candidate, _read_params(path)
     except Exception as e:  # pylint: disable=broad-exception-caught
       if _not_the_checkpoint_files(e):

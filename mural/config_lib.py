@@ -385,10 +385,6 @@ def validate(c: ml_collections.ConfigDict) -> None:
            f"{es.metric!r} needs evaluations during training (eval_every_steps > 0)")
   positive_int(c.profile, "start_step", "profile")
   positive_int(c.profile, "num_steps", "profile", minimum=0)
-  # The built-in data's section, checked here so its mistakes too come before TensorFlow loads
-  # (NumPy only; imported here because it imports this module).
-  from mural.data import synthetic  # pylint: disable=g-import-not-at-top
-  synthetic.Settings.from_config(c)
 
 
 # The device mesh's axes (mural/sharding.py): pure data parallel, FSDP, tensor parallel.

@@ -13,7 +13,6 @@ import math
 
 import jax
 
-from mural import config_lib
 from mural import system as system_lib
 from mural import systems
 from mural.models import feature_tower
@@ -25,7 +24,7 @@ def _count(tree) -> int:
 
 def param_shapes(config):
   """The params pytree of config's model as ShapeDtypeStructs (via eval_shape)."""
-  config_lib.validate(config)
+  systems.validate(config)
   system = systems.get(config)
   tasks = system_lib.active_tasks(system, config)
   with feature_tower.frozen_backbones_as_shapes():  # Not a parameter: no need to build it.

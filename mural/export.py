@@ -52,8 +52,11 @@ from flax import serialization
 from mural import config_lib
 from mural import disk_space
 
-MANIFEST, CONFIG, VOCAB, PARAMS, SAVED_MODEL = (
-    "manifest.json", "config.json", "vocab.txt", "params.msgpack", "saved_model")
+from mural import saved_variables
+from mural.saved_variables import CONFIG, MANIFEST, PARAMS, SAVED_MODEL, VOCAB
+
+# Part of this module's interface too.
+read_variables, flat = saved_variables.read_variables, saved_variables.flat
 FORMAT = 1  # manifest['format']: bumped when the layout changes.
 SIGNATURES = {
     "embed_text": "text: tf.string [B] -> embedding float32 [B, D] (the tokenizer in the graph)",
@@ -64,14 +67,6 @@ SIGNATURES = {
 
 # ---------------------------------------------------------------------------
 # Model, heads and variables.
-
-
-def flat(tree) -> Dict[str, Any]:
-  """{'a/b/c': leaf} of a nested dict (names as in checkpoints and the export)."""
-  out = {}
-  for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-    out["/".join(str(getattr(k, "key", getattr(k, "name", k))) for k in path)] = leaf
-  return out
 
 
 def model_and_heads(config):
@@ -106,21 +101,6 @@ def check_fits(variables, abstract, what: str) -> None:
   if problems:
     more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
     raise ValueError(f"{what} does not fit the config's model: {problems[0]}{more}")
-
-
-def read_variables(path: str) -> Tuple[Dict[str, Any], int]:
-  """({'params', 'batch_stats'} as NumPy, step) of an export directory or a workdir's checkpoint."""
-  root = epath.Path(path)
-  if (root / MANIFEST).exists():
-    manifest = json.loads((root / MANIFEST).read_text())
-    tree = serialization.msgpack_restore((root / PARAMS).read_bytes())
-    return {"params": tree["params"], "batch_stats": tree.get("batch_stats", {})}, int(manifest["step"])
-  if (root / "checkpoints").is_dir():
-    from mural import checkpointing  # pylint: disable=g-import-not-at-top
-    step, variables = checkpointing.read_params(str(root))
-    return variables, step
-  raise FileNotFoundError(f"{path} is neither an export directory (no {MANIFEST}) nor a workdir "
-                          "(no checkpoints/)")
 
 
 def _l2(x):

@@ -1,4 +1,4 @@
-"""Command line: `python -m mural.main --config=FILE --workdir=DIR [--mode=train|eval|describe]`.
+"""Command line: `python -m mural.main --config=FILE --workdir=DIR [--mode=train|eval|describe|export|plan]`.
 
   --config=configs/demo.py --config.total_steps=100   overrides any field (locked: typos fail)
                     without --config, every mode uses --workdir's config.json, the resolved
@@ -124,8 +124,7 @@ def _init_distributed(config, workdir: str):
   from mural import system  # pylint: disable=g-import-not-at-top
   from mural.data import vocab  # pylint: disable=g-import-not-at-top
   if _PROCESS_ID.value == 0 and _MODE.value == "train" and not config.data.vocab_path:
-    tasks = system.active_tasks(systems.get(config), config)
-    vocab.learn(config, tasks, workdir)
+    vocab.learn(config, system.vocabulary_tasks(systems.get(config), config), workdir)
   distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
                          initialization_timeout=_DISTRIBUTED_TIMEOUT.value,
                          heartbeat_timeout_seconds=_HEARTBEAT_TIMEOUT.value)
@@ -211,7 +210,7 @@ def main(argv):
   # Flag and config mistakes are reported here, before TensorFlow and JAX load.
   try:
     systems.get(config)  # The fields first (a misspelt one in a hand-edited record), then values.
-    config_lib.validate(config)
+    systems.validate(config)
     if _MODE.value not in ("describe", "plan"):
       if not _WORKDIR.value:
         _fail(2, "--workdir is required for --mode=" + _MODE.value)

@@ -26,22 +26,19 @@ layouts differ from a TPU or GPU compile, so read the figures as a plan
 (within tens of percent), not as the accelerator's allocator.
 
 Training checks its own compiled step the same way before the first step
-(`check_fits`, on the devices it runs on, so with their own compile).
+(`device_memory.check_fits`, on the devices it runs on, so with their own compile).
 """
 
 import math
-import os
-from typing import Any, Dict, Optional
+from typing import Any, Dict
 
 import jax
 from absl import logging
-import numpy as np
 
-from mural import models
+from mural import device_memory
 from mural import sharding
 from mural import system as system_lib
 from mural import train
-from mural.state import TrainingError
 
 PLAN_KEYS = (  # At least these in the JSON line (scripts read them).
     "devices", "mesh", "global_batch", "dtype", "params_bytes_per_device",
@@ -56,66 +53,6 @@ def _bytes_per_device(abstract_tree: Any, shardings: Any) -> int:
   def shard_bytes(x, s):
     return math.prod(s.shard_shape(x.shape)) * x.dtype.itemsize
   return int(sum(jax.tree.leaves(jax.tree.map(shard_bytes, abstract_tree, shardings))))
-
-
-def step_bytes(memory) -> int:
-  """A compiled program's peak on one device from XLA's memory analysis: arguments + outputs -
-  outputs written over donated arguments + temporaries."""
-  return int(memory.argument_size_in_bytes + memory.output_size_in_bytes
-             - memory.alias_size_in_bytes + memory.temp_size_in_bytes)
-
-
-def device_memory_bytes() -> Optional[int]:
-  """The memory one local device has: its allocator's limit on a GPU or TPU; on the CPU, the
-  host's RAM (or its cgroup's limit, if lower) shared by the local CPU devices. None if unknown."""
-  device = jax.local_devices()[0]
-  limit = (device.memory_stats() or {}).get("bytes_limit")
-  if limit:
-    return int(limit)
-  if device.platform != "cpu":
-    return None
-  try:
-    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-  except (ValueError, OSError, AttributeError):
-    return None
-  try:
-    with open("/sys/fs/cgroup/memory.max") as f:
-      ram = min(ram, int(f.read()))  # 'max' (no limit) is not an int.
-  except (OSError, ValueError):
-    pass
-  return ram // jax.local_device_count()
-
-
-def constant_bytes(config, model) -> int:
-  """A frozen backbone's variables (MULE, SMALR, Kadar et al.): constants of the step's program,
-  a copy on every device, which XLA's memory analysis leaves out."""
-  leaves = jax.tree.leaves(models.frozen_inputs(config, model))
-  return int(sum(math.prod(x.shape) * np.dtype(x.dtype).itemsize for x in leaves))  # No fetch.
-
-
-def check_fits(compiled, constants: int = 0, have: Optional[int] = None) -> None:
-  """A train step that needs more memory than a device has is a clear error before its first
-  step, not XLA's RESOURCE_EXHAUSTED after it (or, on a CPU host, the kernel's OOM killer).
-
-  `constants`: the program's constant bytes (constant_bytes); `have`: the device's bytes
-  (default device_memory_bytes()); nothing is checked when unknown."""
-  have = device_memory_bytes() if have is None else have
-  memory = compiled.memory_analysis()
-  if not have or memory is None or step_bytes(memory) + constants <= have:
-    return
-  frozen = f"; {_gib(constants)} a frozen backbone's constants" if constants else ""
-  raise TrainingError(
-      f"the train step needs {_gib(step_bytes(memory) + constants)} per device "
-      f"({_gib(memory.argument_size_in_bytes)} state and batch, {_gib(memory.temp_size_in_bytes)} "
-      f"temporaries: XLA's memory analysis{frozen}), "
-      f"more than the {_gib(have)} a {jax.local_devices()[0].platform} device has here: lower the "
-      "batch size, image size or model.text.max_len, set model.image.remat / model.text.remat, or "
-      "split the batch (optim.grad_accum_steps); --mode=plan prints these figures for any config "
-      "and device count")
-
-
-def _gib(n: int) -> str:
-  return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.2f} MiB"
 
 
 def plan(config) -> Dict[str, Any]:
@@ -148,17 +85,17 @@ def plan(config) -> Dict[str, Any]:
       output_bytes_per_device=int(memory.output_size_in_bytes),
       alias_bytes_per_device=int(memory.alias_size_in_bytes),
       temp_bytes_per_device=int(memory.temp_size_in_bytes),
-      constant_bytes_per_device=constant_bytes(config, setup.model),
+      constant_bytes_per_device=device_memory.constant_bytes(config, setup.model),
       flops_per_step=float(cost.get("flops", 0.0)) * devices,
   )
-  out["total_bytes_per_device"] = step_bytes(memory) + out["constant_bytes_per_device"]
+  out["total_bytes_per_device"] = device_memory.step_bytes(memory) + out["constant_bytes_per_device"]
   out["fits"] = {name: out["total_bytes_per_device"] <= size for name, size in ACCELERATORS.items()}
   return out
 
 
 def table(p: Dict[str, Any]) -> str:
   """The plan for people (the JSON line follows it)."""
-  gib = lambda b: f"{_gib(b):>12}"
+  gib = lambda b: f"{device_memory.gib(b):>12}"
   rows = [
       f"Plan: {p['devices']} devices, mesh {p['mesh']}, global batch {p['global_batch']}, "
       f"dtype {p['dtype']}, remat {p['remat']}, loss {p['loss_impl']}",

@@ -116,6 +116,16 @@ def active_tasks(system: System, config) -> Tuple[Task, ...]:
   return tasks
 
 
+def vocabulary_tasks(system: System, config) -> Tuple[Task, ...]:
+  """The tasks whose training text a vocabulary is learned from: the active ones, then the
+  system's other tasks with sources (weight 0). A wordpiece vocabulary reads only the active ones;
+  a per-language word vocabulary reads all, so that a pre-training phase's words (SMALR's latent
+  phase, MULE's LP), which the later phase reuses, hold the caption languages too."""
+  tasks = active_tasks(system, config)
+  names = {t.name for t in tasks}
+  return tasks + tuple(t for t in system.tasks(config) if t.sources and t.name not in names)
+
+
 def check_batch_sizes(tasks: Sequence[Task], shards: int, accum_steps: int, mesh_shape) -> None:
   """Every task's batch splits into `shards` pieces of a multiple of accum_steps rows."""
   for t in tasks:

@@ -40,6 +40,7 @@ from jax.sharding import NamedSharding
 
 from mural import checkpointing
 from mural import config_lib
+from mural import device_memory
 from mural import disk_space
 from mural import evaluate as evaluate_lib
 from mural import host_memory
@@ -150,7 +151,7 @@ class Setup:
 
 def build(config) -> Setup:
   """The system's active tasks, mesh, model, optimizer, abstract state and shardings."""
-  config_lib.validate(config)
+  systems.validate(config)
   config = copy.deepcopy(config)  # The Setup's own: later changes to the caller's do not reach it.
   # ---- System and mesh -------------------------------------------------------
   system = systems.get(config)
@@ -207,7 +208,7 @@ def _setup_for(config, setup: Optional[Setup]) -> Setup:
 def input_pipeline(config, setup: Setup, workdir: str):
   """(tokenizer, this process's training iterator)."""
   from mural.data import pipeline, vocab  # pylint: disable=g-import-not-at-top
-  tokenizer = vocab.tokenizer(config, setup.tasks, workdir)
+  tokenizer = vocab.tokenizer(config, system_lib.vocabulary_tasks(setup.system, config), workdir)
   return tokenizer, pipeline.build_train_iterator(
       config, setup.tasks, tokenizer, process_index=jax.process_index(),
       process_count=jax.process_count())
@@ -310,7 +311,8 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
     tokenizer, train_iter = input_pipeline(config, setup, workdir)
   if evaluators is None:
     from mural.data import vocab  # pylint: disable=g-import-not-at-top
-    tokenizer = tokenizer or vocab.tokenizer(config, setup.tasks, workdir)
+    tokenizer = tokenizer or vocab.tokenizer(
+        config, system_lib.vocabulary_tasks(setup.system, config), workdir)
     evaluators = setup.system.evaluators(config, setup.tasks, tokenizer)
   shapes = {t.name: tuple(t.shapes(config)) for t in setup.tasks}
 
@@ -352,8 +354,7 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
   # ---- Loop -----------------------------------------------------------------
   trace = metric_log.StepTrace(config.profile, workdir)
   if compiling is not None:
-    from mural import plan  # pylint: disable=g-import-not-at-top  (plan imports this module)
-    plan.check_fits(compiling.result(), plan.constant_bytes(config, setup.model))
+    device_memory.check_fits(compiling.result(), device_memory.constant_bytes(config, setup.model))
   host_memory.release_freed_memory()  # The compile's freed heap (~1 GiB at bench_step's size).
   total = config.total_steps
   preempted = trained = False
@@ -438,7 +439,8 @@ def evaluate(config, workdir: str, *, step: Optional[int] = None,
   checkpoints.close()
   if evaluators is None:
     from mural.data import vocab  # pylint: disable=g-import-not-at-top
-    tokenizer = vocab.tokenizer(config, setup.tasks, workdir, learn_missing=False)
+    tokenizer = vocab.tokenizer(config, system_lib.vocabulary_tasks(setup.system, config), workdir,
+                                 learn_missing=False)
     evaluators = setup.system.evaluators(config, setup.tasks, tokenizer)
   if not evaluators:
     raise ValueError("config.data.eval_source: no evaluation sets to evaluate on")

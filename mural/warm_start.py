@@ -1,6 +1,6 @@
 """Warm start: a new run begins from the variables of an export directory or a workdir.
 
-`config.init_from` names the source (mural/export.py reads either);
+`config.init_from` names the source (mural/saved_variables.py reads either);
 `config.init_from_parts` says what to take: 'towers' (the common case: a new
 head on pretrained towers; every top-level parameter group named '*_tower',
 with its batch statistics), 'all', or a comma-separated list of top-level
@@ -25,7 +25,7 @@ from absl import logging
 from etils import epath
 
 from mural import config_lib
-from mural import export
+from mural import saved_variables
 
 _TOKEN_TABLE = "params/text_tower/token_embed/"  # mural/models/bert.py's token_* parameters.
 
@@ -97,13 +97,13 @@ def match(state, config, vocab_path: Optional[str] = None) -> WarmStart:
   a warm start), and when the token table is taken and `vocab_path` (this
   run's wordpiece vocabulary) differs from the source's.
   """
-  source, step = export.read_variables(config.init_from)
+  source, step = saved_variables.read_variables(config.init_from)
   parts = config.init_from_parts
   take = _taker(parts, state.params.keys())
   report = {"loaded": [], "initialised": [], "unused": []}
   arrays = {}
   for collection in ("params", "batch_stats"):
-    have = export.flat(source.get(collection, {}))
+    have = saved_variables.flat(source.get(collection, {}))
     for path, leaf in jax.tree_util.tree_leaves_with_path(getattr(state, collection)):
       name = _name(path)
       full = f"{collection}/{name}"

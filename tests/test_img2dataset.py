@@ -23,8 +23,7 @@ os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")  # img2dataset imports al
 writer = pytest.importorskip("img2dataset.writer", reason="img2dataset is in setup.py's 'test' extra")
 pa = pytest.importorskip("pyarrow")
 
-from mural import config_lib  # pylint: disable=g-import-not-at-top
-from mural import system
+from mural import system  # pylint: disable=g-import-not-at-top
 from mural import systems
 from mural.data import img2dataset as i2d_source
 from mural.data import pipeline
@@ -75,7 +74,7 @@ def _config(source, batch_size):
   c.data.autotune = False  # With it, deleting a used iterator can wait up to 60 s (config_lib).
   c.tasks.i2t.sources = [dict(source, weight=1.0)]
   c.tasks.t2t.sources = []
-  config_lib.validate(c)
+  systems.validate(c)
   return c
 
 

@@ -215,9 +215,9 @@ def test_config_errors_are_one_line(field, value):
     ("early_stopping.patience", 0), ("early_stopping.mode", "up")])
 def test_early_stopping_config_errors(field, value):
   with pytest.raises(config_lib.ConfigError, match=rf"^config\.{field.replace('.', '[.]')}: "):
-    config_lib.validate(tiny_kadar_config(**{field: value, "eval_every_steps": 2}))
+    systems.validate(tiny_kadar_config(**{field: value, "eval_every_steps": 2}))
   with pytest.raises(config_lib.ConfigError, match=r"^config\.early_stopping\.metric: .*eval_every_steps"):
-    config_lib.validate(tiny_kadar_config(**{"early_stopping.metric": "mean/rsum"}))
+    systems.validate(tiny_kadar_config(**{"early_stopping.metric": "mean/rsum"}))
 
 
 def test_describe_and_system_table():
@@ -250,7 +250,7 @@ def test_claim_budgets_count_c2i_steps():
   budgets = {}
   for name, (langs, pairs) in claim.MODELS.items():
     c = claim.model_config(args, langs, pairs)
-    config_lib.validate(c)
+    systems.validate(c)
     assert c.optim.decay is False and c.early_stopping.patience == 4
     assert c.data.synthetic.caption_pairs == "comparable"
     budgets[name] = (c.total_steps, c.eval_every_steps, bool(c.tasks.c2c.weight))
@@ -276,7 +276,7 @@ def words_file(tmp_path_factory):
   c = tiny_kadar_config()
   with records_per_source(200):
     workdir = tmp_path_factory.mktemp("words")
-    return word_vocab.learn(c, system.active_tasks(kadar.SYSTEM, c), str(workdir))
+    return word_vocab.learn(c, system.vocabulary_tasks(kadar.SYSTEM, c), str(workdir))
 
 
 def test_each_c2i_batch_is_one_language(words_file):

@@ -18,6 +18,7 @@ from scipy import special
 from conftest import load_config, set_fields
 from mural import config_lib
 from mural import models
+from mural import systems
 from mural.models import bert
 from mural.models import efficientnet
 from mural.models import heads
@@ -71,7 +72,7 @@ def embed_all(module, batch, image_head=None):
 def tiny():
   """(config, model, variables, batch, eval outputs) of configs/tiny.py, made once."""
   config = load_config("tiny")
-  config_lib.validate(config)
+  systems.validate(config)
   model = models.build_model(config.model, ["i2t", "t2t"])
   batch = _batch(config)
   variables = init(model, batch, method=embed_all)
@@ -465,7 +466,6 @@ def test_build_model_config_errors():
 
 @pytest.mark.parametrize("name", ["mule", "smalr", "kadar", "globetrotter"])
 def test_each_system_names_an_image_tower_missing_from_the_table(name):
-  from mural import systems  # pylint: disable=g-import-not-at-top
   config = systems.SYSTEMS[name].get_config()
   config.model.image.name = "vit"
   with pytest.raises(config_lib.ConfigError, match=r"^config\.model\.image\.name: 'vit' not in \["):
@@ -514,7 +514,7 @@ def test_remat_changes_no_parameter_name_nor_gradient():
   config = load_config("tiny")
   config.model.text.remat = "some"
   with pytest.raises(config_lib.ConfigError, match=r"^config\.model\.text\.remat: 'some' not in "):
-    config_lib.validate(config)
+    systems.validate(config)
   with pytest.raises(config_lib.ConfigError, match=r"^config\.model\.text\.remat: "):
     models.build_model(config.model)
 

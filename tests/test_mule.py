@@ -338,7 +338,7 @@ def words_file(tmp_path_factory):
   c = tiny_mule_config()
   with records_per_source(200):
     workdir = tmp_path_factory.mktemp("words")
-    return word_vocab.learn(c, system.active_tasks(mule.SYSTEM, c), str(workdir))
+    return word_vocab.learn(c, system.vocabulary_tasks(mule.SYSTEM, c), str(workdir))
 
 
 def _workdir(tmp_path_factory, name, words_file):

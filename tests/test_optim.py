@@ -91,7 +91,7 @@ def test_schedule_without_decay_holds_the_peak():
 def test_decay_config_error_is_one_line():
   c = set_fields(load_config("tiny"), optim__decay=None)  # A typed field: only None gets past ConfigDict.
   with pytest.raises(config_lib.ConfigError, match=r"^config\.optim\.decay: must be True or False"):
-    config_lib.validate(c)
+    systems.validate(c)
 
 
 # ---- Weight decay mask and LAMB ---------------------------------------------------

@@ -82,7 +82,7 @@ def _config(i2t_sources, t2t_sources=(), batch_size=8, t2t_batch_size=4, **data)
   c.tasks.t2t.sources = [dict(s) for s in t2t_sources]
   for k, v in data.items():
     c.data[k] = v
-  config_lib.validate(c)
+  systems.validate(c)
   return c
 
 
@@ -169,7 +169,7 @@ def test_validate_rejects_bad_data_and_task_fields(field, value):
     c.data[field] = value
   name = field if field.startswith("tasks.") else f"data.{field}"
   with pytest.raises(config_lib.ConfigError, match=re.escape(f"config.{name}")):
-    config_lib.validate(c)
+    systems.validate(c)
 
 
 @pytest.mark.parametrize("field", ["data.languages", "data.synthetic.languages"])
@@ -181,11 +181,11 @@ def test_a_comma_list_given_to_a_language_tuple_flag_is_an_error_that_shows_the_
   section = c.data if field == "data.languages" else c.data.synthetic
   section.languages = ("en,de",)
   with pytest.raises(config_lib.ConfigError) as error:
-    config_lib.validate(c)  # It validates data.synthetic too.
+    systems.validate(c)  # It validates data.synthetic too.
   fix = f"""--config.{field}="('en', 'de')\""""
   assert str(error.value) == f"config.{field}: 'en,de' is one entry, not a list: a flag gives a tuple, e.g. {fix}"
   section.languages = ast.literal_eval(fix.split("=", 1)[1].strip('"'))
-  config_lib.validate(c)
+  systems.validate(c)
   synthetic.Settings.from_config(c)
   # A bare string (a hand-written value) would read as one code per character.
   with pytest.raises(config_lib.ConfigError, match=f"^config.{field}: must be a tuple of codes, got the string 'en'"):

@@ -60,31 +60,31 @@ def test_devices_flag_errors_are_one_line():
 
 
 def test_a_step_bigger_than_the_device_is_refused_with_its_figures():
-  """check_fits: XLA's memory analysis of the compiled program (arguments + outputs - aliased +
+  """device_memory.check_fits: XLA's memory analysis of the compiled program (arguments + outputs - aliased +
   temporaries) and a frozen backbone's constants against what the device has; on the CPU the
   host's RAM over its devices."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import pytest  # pylint: disable=g-import-not-at-top
-  from mural import plan  # pylint: disable=g-import-not-at-top
+  from mural import device_memory  # pylint: disable=g-import-not-at-top
   from mural.state import TrainingError  # pylint: disable=g-import-not-at-top
   x = jax.ShapeDtypeStruct((512, 1024), jnp.float32)  # 2 MiB.
   compiled = jax.jit(lambda a, b: jnp.sin(a @ b.T) @ b).lower(x, x).compile()
   memory = compiled.memory_analysis()
   assert memory.argument_size_in_bytes == 2 * 2**21 and memory.output_size_in_bytes == 2**21
-  need = plan.step_bytes(memory)
+  need = device_memory.step_bytes(memory)
   assert need == 3 * 2**21 - memory.alias_size_in_bytes + memory.temp_size_in_bytes
   assert memory.temp_size_in_bytes >= 2**20  # The [512, 512] product.
-  plan.check_fits(compiled, have=need)
+  device_memory.check_fits(compiled, have=need)
   mib = f"{need / 2**20:.2f} MiB"
   with pytest.raises(TrainingError, match=rf"^the train step needs {mib} per device \(4\.00 MiB state and "
                      rf"batch, .* more than the {mib} a cpu device has here: lower"):
-    plan.check_fits(compiled, have=need - 1)
+    device_memory.check_fits(compiled, have=need - 1)
   with pytest.raises(TrainingError, match=r"XLA's memory analysis; 1\.00 MiB a frozen backbone's constants\)"):
-    plan.check_fits(compiled, constants=2**20, have=need + 2**20 - 1)  # Constants: not in the analysis.
-  plan.check_fits(compiled, constants=2**20, have=need + 2**20)
+    device_memory.check_fits(compiled, constants=2**20, have=need + 2**20 - 1)  # Constants: not in the analysis.
+  device_memory.check_fits(compiled, constants=2**20, have=need + 2**20)
   ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-  assert 0 < plan.device_memory_bytes() <= ram // jax.local_device_count()
+  assert 0 < device_memory.device_memory_bytes() <= ram // jax.local_device_count()
 
 
 def test_ctrl_c_while_planning_is_one_line_and_exit_130():

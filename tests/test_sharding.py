@@ -62,7 +62,8 @@ def test_fit_spec_moves_fsdp_to_the_largest_dim_it_divides():
 
 def test_rules_validation_names_the_rule():
   from mural import config_lib
+  from mural import systems
   c = load_config()
   c.sharding_rules = [("embed", "fsdp"), ("mlp", "tensor")]
   with pytest.raises(config_lib.ConfigError, match=r"^config\.sharding_rules\[1\]: mesh axis 'tensor'"):
-    config_lib.validate(c)
+    systems.validate(c)

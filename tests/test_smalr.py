@@ -390,7 +390,7 @@ def test_describe_counts_the_hybrid_vocabulary():
 def words_file(tmp_path_factory):
   c = tiny_smalr_config()
   with records_per_source(200):
-    return word_vocab.learn(c, system.active_tasks(smalr.SYSTEM, c), str(tmp_path_factory.mktemp("words")))
+    return word_vocab.learn(c, system.vocabulary_tasks(smalr.SYSTEM, c), str(tmp_path_factory.mktemp("words")))
 
 
 def test_phase_1_learns_the_words_of_the_caption_task_it_leaves_at_weight_0(tmp_path, caplog):
@@ -399,12 +399,12 @@ def test_phase_1_learns_the_words_of_the_caption_task_it_leaves_at_weight_0(tmp_
   c = tiny_smalr_config("pretrain", **{"data.synthetic.translation_pair_list": ("en-de",)})
   assert [t.name for t in system.active_tasks(smalr.SYSTEM, c)] == ["latent"]
   with records_per_source(200):
-    path = word_vocab.learn(c, system.active_tasks(smalr.SYSTEM, c), str(tmp_path))
+    path = word_vocab.learn(c, system.vocabulary_tasks(smalr.SYSTEM, c), str(tmp_path))
   data = json.loads(open(path).read())
   assert all(len(data["words"][l]) > 10 for l in LANGS)
   main = tiny_smalr_config(**{"data.synthetic.translation_pair_list": ("en-de",)})
   with records_per_source(200):  # Phase 2's own: the pairs the latent task shares count once.
-    alone = word_vocab.learn(main, system.active_tasks(smalr.SYSTEM, main), str(tmp_path / "main"))
+    alone = word_vocab.learn(main, system.vocabulary_tasks(smalr.SYSTEM, main), str(tmp_path / "main"))
   assert json.loads(open(alone).read()) == data
   tasks = {t.name: t for t in smalr.tasks(c)}
   with records_per_source(50):

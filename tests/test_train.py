@@ -266,9 +266,9 @@ def test_evaluating_another_config_writes_beside_trainings_evaluations(tiny_voca
 
 def test_profile_fields_are_checked(tiny_vocab):
   with pytest.raises(config_lib.ConfigError, match=r"^config\.profile\.num_steps: must be an int >= 0"):
-    config_lib.validate(tiny_config(tiny_vocab, **{"profile.num_steps": -1}))
+    systems.validate(tiny_config(tiny_vocab, **{"profile.num_steps": -1}))
   with pytest.raises(config_lib.ConfigError, match=r"^config\.profile\.start_step: must be an int >= 1"):
-    config_lib.validate(tiny_config(tiny_vocab, **{"profile.start_step": 0}))
+    systems.validate(tiny_config(tiny_vocab, **{"profile.start_step": 0}))
 
 
 def test_a_profile_that_cannot_start_warns_and_training_goes_on(tmp_path, caplog):
@@ -513,9 +513,9 @@ def test_mesh_that_does_not_fit_is_a_config_error(tiny_vocab):
 
 
 def test_init_from_parts_must_name_parameter_groups(tiny_vocab):
-  config_lib.validate(tiny_config(tiny_vocab, init_from_parts="image_tower, text_tower"))
+  systems.validate(tiny_config(tiny_vocab, init_from_parts="image_tower, text_tower"))
   with pytest.raises(config_lib.ConfigError, match=r"^config\.init_from_parts: 'image tower': "):
-    config_lib.validate(tiny_config(tiny_vocab, init_from_parts="image tower"))
+    systems.validate(tiny_config(tiny_vocab, init_from_parts="image tower"))
 
 
 def test_batch_that_does_not_split_is_a_config_error(tiny_vocab):

@@ -32,9 +32,10 @@ def training_texts(config, tasks: Sequence) -> Iterator[str]:
 
 @tf.autograph.experimental.do_not_convert  # Graph-mode code only: pipeline._open_sources says why.
 def learn(config, tasks: Sequence, workdir: str) -> str:
-  """workdir/vocab.txt, learned from the tasks' training text unless it exists, or copied from
-  the source of a warm start that loads the text tower (config_lib.source_vocab)
-  (config.data.tokenizer 'words': workdir/words.json, see word_vocab.py).
+  """workdir/vocab.txt, learned from the training text of the tasks at weight > 0 unless it
+  exists, or copied from the source of a warm start that loads the text tower
+  (config_lib.source_vocab) (config.data.tokenizer 'words': workdir/words.json from every task
+  given, see word_vocab.py). `tasks`: system.vocabulary_tasks.
 
   Touches no JAX device: a multi-process run learns it in process 0 before
   the processes connect (mural/main.py), so no peer waits on it in a collective.
@@ -50,7 +51,8 @@ def learn(config, tasks: Sequence, workdir: str) -> str:
     path.write_bytes(epath.Path(source).read_bytes())
   else:
     logging.info("Learning a %d-token wordpiece vocab into %s.", config.model.text.vocab_size, path)
-    tokenizer_lib.build_vocab(list(training_texts(config, tasks)), config.model.text.vocab_size, str(path))
+    active = [t for t in tasks if t.weight > 0]
+    tokenizer_lib.build_vocab(list(training_texts(config, active)), config.model.text.vocab_size, str(path))
   return str(path)
 
 

@@ -212,23 +212,15 @@ def tokenizer(config, tasks: Sequence, workdir: str, learn_missing: bool = True)
   return WordTokenizer(str(path), config.data.languages, t.words_per_language, t.max_len, union)
 
 
-def with_weight_zero_tasks(config, tasks: Sequence) -> tuple:
-  """`tasks` and the system's other tasks with sources (weight 0: a pre-training phase's)."""
-  from mural import systems  # pylint: disable=g-import-not-at-top
-  names = {t.name for t in tasks}
-  return tuple(tasks) + tuple(t for t in systems.get(config).tasks(config)
-                              if t.sources and t.name not in names)
-
-
 def learn(config, tasks: Sequence, workdir: str) -> str:
-  """workdir/words.json from the training text of `tasks` and the system's weight-0 tasks with
-  sources (the module's docstring says why), unless it exists. Touches no JAX device."""
+  """workdir/words.json from the training text of `tasks` (system.vocabulary_tasks: the active
+  ones and the system's weight-0 tasks with sources; the module's docstring says why), unless it
+  exists. Touches no JAX device."""
   if config.data.get("word_vocab_path", ""):
     return config.data.word_vocab_path
   path = epath.Path(workdir) / FILE_NAME
   if not path.exists():
     languages = list(config.data.languages)
-    tasks = with_weight_zero_tasks(config, tasks)
     logging.info("Learning word vocabularies (%s) into %s from tasks %s.", languages, path,
                  [t.name for t in tasks])
     counts = count_words(list(training_texts(config, tasks)), languages)
@@ -243,20 +235,3 @@ def learn(config, tasks: Sequence, workdir: str) -> str:
 def language_of(ids: np.ndarray, words_per_language: int) -> np.ndarray:
   """Language index of each row of block-layout ids [N, L] (host-side helper for tests/tools)."""
   return np.asarray(ids)[:, 0] // words_per_language
-
-
-def main(argv):
-  """python -m mural.data.word_vocab CONFIG_FILE OUT_DIR: learn OUT_DIR/words.json from the config's
-  training sources (for config.data.word_vocab_path, e.g. before loading FastText vectors)."""
-  import sys  # pylint: disable=g-import-not-at-top
-  from mural import system, systems  # pylint: disable=g-import-not-at-top
-  if len(argv) != 3:
-    sys.exit(main.__doc__)
-  config = config_lib.from_file(argv[1])
-  tasks = system.active_tasks(systems.get(config), config)
-  print(learn(config, tasks, argv[2]))
-
-
-if __name__ == "__main__":
-  import sys  # pylint: disable=g-import-not-at-top
-  main(sys.argv)

@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from mural import config_lib
+from mural import saved_variables
 
 
 def _named(init, names):
@@ -113,9 +114,8 @@ def backbone_variables(backbone: nn.Module, image_config) -> dict:
   init = lambda rng: nn.unbox(backbone.init(rng, jnp.zeros((1, 32, 32, 3)), train=False))
   shapes = jax.eval_shape(init, jax.random.PRNGKey(0))
   if image_config.backbone_workdir:
-    from mural import export  # pylint: disable=g-import-not-at-top
     try:  # A workdir's checkpoint (its best step, else the newest that reads) or an export's.
-      saved, _ = export.read_variables(image_config.backbone_workdir)
+      saved, _ = saved_variables.read_variables(image_config.backbone_workdir)
     except FileNotFoundError as e:
       raise config_lib.ConfigError(f"config.model.image.backbone_workdir: {e}") from None
     variables = {k: saved.get(k, {}).get("image_tower", {}) for k in ("params", "batch_stats")}

@@ -11,6 +11,7 @@ from typing import Optional
 import ml_collections
 
 from mural import config_lib
+from mural.data import synthetic
 from mural.systems import align
 from mural.systems import kadar
 from mural.systems import globetrotter
@@ -35,6 +36,13 @@ def get(config):
     raise config_lib.ConfigError(f"config.system: {name!r} not in {sorted(SYSTEMS)}")
   _check_fields(config, SYSTEMS[name].get_config(), name)
   return SYSTEMS[name]
+
+
+def validate(config) -> None:
+  """Every check of a config's values that needs neither JAX nor TensorFlow (a mistake is one
+  line in under a second): config_lib's, then the built-in data's section (NumPy only)."""
+  config_lib.validate(config)
+  synthetic.Settings.from_config(config)
 
 
 def _check_fields(config, defaults, name: str):

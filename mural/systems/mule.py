@@ -154,7 +154,7 @@ def validate(config) -> None:
            f"must be a path string ('' for random vectors), got {t.embeddings_path!r}")
   _require(not t.embeddings_path or config.data.word_vocab_path, "model.text.embeddings_path",
            "needs config.data.word_vocab_path, the words whose rows the vectors fill (learn one with "
-           "`python -m mural.data.word_vocab CONFIG OUT_DIR`)")
+           "`python -m mural.learn_words CONFIG OUT_DIR`)")
   for name in ("mm", "nc"):
     section, field = config.tasks[name], f"tasks.{name}"
     _require(0 <= section.margin <= 2, f"{field}.margin", f"must be in [0, 2] (cosine distance), got {section.margin}")

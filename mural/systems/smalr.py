@@ -380,9 +380,9 @@ def hybrid_tables(config):
   if not t.latent_tokens:
     return np.full(num_langs * n, -1, np.int32), 0, None, specific
   if t.latent_workdir:
-    from mural import export  # pylint: disable=g-import-not-at-top
+    from mural import saved_variables  # pylint: disable=g-import-not-at-top
     try:  # A workdir's checkpoint (its best step, else the newest that reads) or an export's copy.
-      saved = export.read_variables(t.latent_workdir)[0]["params"]["text_tower"]
+      saved = saved_variables.read_variables(t.latent_workdir)[0]["params"]["text_tower"]
     except (FileNotFoundError, KeyError) as e:
       raise config_lib.ConfigError(f"config.model.text.latent_workdir: no latent-vocabulary pre-training "
                                    f"checkpoint in {t.latent_workdir} ({e})") from None
@@ -429,11 +429,11 @@ def frozen_inputs(config):
   FastText rows it read as its word table when there were any, so that the frozen assignment
   comes out the same without the .vec files (hybrid_tables; model.text.embeddings_path then only
   initialised the specific vectors). Without phase 1 the assignment is a hash of config.seed."""
-  from mural import export  # pylint: disable=g-import-not-at-top
+  from mural import saved_variables  # pylint: disable=g-import-not-at-top
   t = config.model.text
   if t.name != "hem_lstm" or not t.latent_workdir:
     return {}
-  saved = dict(export.read_variables(t.latent_workdir)[0]["params"]["text_tower"])
+  saved = dict(saved_variables.read_variables(t.latent_workdir)[0]["params"]["text_tower"])
   if t.embeddings_path:
     saved["token_embed"] = _fasttext(config)
   return {"model.text.latent_workdir": {"params": {"text_tower": saved}, "batch_stats": {}}}
