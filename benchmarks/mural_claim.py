@@ -23,7 +23,7 @@ targets on the mean over seeds, one summary line per seed). First it prints what
 the scarce language's training captions leave out of its held-out ones: at the
 default 20 Swahili captions, nothing (every word is seen), so a long run lets the
 control ground Swahili from them alone; at `--scarce_pairs=5` three in four
-held-out scenes have a word only the bitext teaches (README, "MURAL's claim"). Prints the
+held-out scenes have a word only the bitext teaches (docs/systems.md, "MURAL's claim"). Prints the
 per-language mR of the three runs and the differences; every run's workdir
 stays under --workdir (<workdir>/seed_<N>/<run> for --seed=N, so --reuse can add seeds
 later; without --seed, <workdir>/<run>; metrics.jsonl, eval/step_<N>.json). One
@@ -137,7 +137,7 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--workdir", default="/tmp/mural_claim")
   parser.add_argument("--steps", type=int, default=1200,
-                      help="steps per run (default: the demo's 1200; the README's recipe that meets all "
+                      help="steps per run (default: the demo's 1200; the recipe in docs/systems.md that meets all "
                            "three targets runs 20000 at --scarce_pairs=5 on en,de,sw with weight decay 0.1)")
   parser.add_argument("--scarce", default="sw", help="the language made scarce in image-caption pairs")
   parser.add_argument("--scarce_pairs", type=int, default=20,

@@ -35,7 +35,7 @@ phase 1 3000 steps, 40-43 s):
   119,024 vs 124,032. Assignment purity 97% / 85% (shuffled 31% / 29%).
   With phase 1 at 1000 steps (this script's default before) phase 1 never left its early
   collapse (purity 52% / 49%) and SMALR ended at 42.8 / 37.1: the paper's claim lives or dies
-  with phase 1 (README, "SMALR").
+  with phase 1 (docs/systems.md, "SMALR").
 """
 
 import argparse

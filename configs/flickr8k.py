@@ -12,7 +12,7 @@ About 750 training images: a small model trained from scratch learns the
 task slowly and would overfit soon; this config checks the whole path on
 real photos and multilingual text (and is a start for fine-tuning
 experiments), not paper numbers. Chance on the dev split is mR 4.7
-(R@1 0.9%, R@5 4.4%, R@10 8.8%). The README ("Real data") has a run's table:
+(R@1 0.9%, R@5 4.4%, R@10 8.8%). docs/systems.md ("On real data: Flickr8k") has a run's table:
 mean mR 13.3 after these 1500 steps, 15.2 after 3000 (--config.total_steps=3000), and
 Multi30k's held-out test translations found first among 1000 for 61-79% of the captions per
 language pair (ALIGN, --config.tasks.t2t.weight=0: 0.3-0.9%; chance 0.1%).

@@ -13,7 +13,7 @@ paper uses ImageNet features; without it the features are a seeded,
 untrained tower's. The argument after ':' picks one of
 mural.systems.mule.ABLATIONS. About 750 training images: this checks the
 whole path on real photos and text, it gives no paper numbers. Measured on
-2 CPU cores (README, "Real data"): about 0.46 steps/s; the first 1000 steps
+2 CPU cores (docs/systems.md, "On real data: Flickr8k"): about 0.46 steps/s; the first 1000 steps
 as a schedule of their own end at mean mR 8.7 (chance 4.7).
 """
 

@@ -25,7 +25,7 @@ def get_config():
   # Fits the paper's 16 GB TPU v3 cores: four micro-batches accumulated with GradCache, so
   # every loss still sees all 4096 examples (same losses and gradients, batch-norm moments
   # of 1024 examples; one extra forward). `--mode=plan --devices=128`: 14.7 GiB per device
-  # against 32.3 GiB at 1 (README, "Pod scale").
+  # against 32.3 GiB at 1 (docs/scale.md).
   c.optim.grad_accum_steps = 4
   c.optim.grad_accum_mode = "cached"
   c.tasks.t2t.temperature = 0.01  # MURAL 3.1: fixed temperature for r2l / l2r.

@@ -16,7 +16,7 @@ per language (of 64 rows) and 64 latent tokens stand for the paper's 5000
 and 40k (phase 1: 3000 steps at Adam 1e-2, of which it spends the first
 900-1100 in its early collapse; it ends with 51-54 tokens in use, most
 words of one shape or colour on one token, and SMALR ends 2.7-7.5 mR
-ahead of the full vocabularies: README "SMALR"); vectors 16-d (paper 50), HEM 64 (512), LSTM 128 (1024), embeddings
+ahead of the full vocabularies: docs/systems.md, "SMALR"); vectors 16-d (paper 50), HEM 64 (512), LSTM 128 (1024), embeddings
 64 (512), image FC 256 (2048), over the frozen features of the demo's tiny
 EfficientNet: as for configs/mule_demo.py, pass a trained one
 (model.image.backbone_workdir), or retrieval stays near chance. The first 100

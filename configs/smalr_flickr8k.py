@@ -22,7 +22,7 @@ runs its 1000 steps at about 3 steps/s ("Done" 6 min 04 s), leaves its early
 collapse at step 300 (latent/sentence_cosine 0.98 -> 0.52; 0.39 at the end)
 and keeps 1731 latent tokens in use. Phase 2 on it at --config.total_steps=1000
 (about 0.33 steps/s, 53 min): mean mR 6.9, 6.3, 7.1, 7.3 at steps 250-1000 (chance 4.7;
-README, "Real data"), as on the phase 1 of before (3000 steps at 3e-4, which
+docs/systems.md, "On real data: Flickr8k"), as on the phase 1 of before (3000 steps at 3e-4, which
 never left the collapse: 26 tokens in use; 6.7, 6.3, 7.4, 7.5 at 250-1000).
 """
 

@@ -7,8 +7,7 @@ zeroes each 4 KiB page again: the demo's step took 21k page faults, a third of
 its CPU time in the kernel. With `glibc.malloc.hugetlb=1` glibc madvises its
 mmaps for transparent huge pages, 2 MiB per fault (measured on a 2-core AMD
 EPYC: the demo's step 0.104 -> 0.072 s, the demo 5 min 03 s -> 4 min 28 s,
-bench_step.py 14.4 -> 20.9 samples/s; benchmarks/README.md has the
-runs).
+bench_step.py 14.4 -> 20.9 samples/s).
 
 glibc reads GLIBC_TUNABLES only when a process starts, so the entry points
 (`mural.main`, the benchmarks) call `reexec()` first: it starts the same
@@ -28,8 +27,7 @@ ops for parallel execution and keeps more buffers live at once; XLA's default
 scheduler orders them for the least live memory. bench_step.py on a 2-core AMD
 EPYC: temporaries 4.24 -> 3.28 GiB, peak RSS 5.72 -> 4.73 GiB, for perhaps 5%
 of speed (median samples/s 19.3 against 20.2, within this machine's spread;
-the demo 4 min 15 s against 4 min 13 s; benchmarks/README.md has
-the runs). XLA_FLAGS=--xla_cpu_enable_concurrency_optimized_scheduler=true
+the demo 4 min 15 s against 4 min 13 s). XLA_FLAGS=--xla_cpu_enable_concurrency_optimized_scheduler=true
 keeps XLA's choice.
 """
 

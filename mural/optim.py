@@ -102,7 +102,7 @@ def scale_by_trust_ratio() -> optax.GradientTransformation:
   square roots, ratios and zero tests on a vector of them. optax's version computes each norm
   twice (safe_norm) and gives each tensor's scalar ops their own small kernels: 416 of the
   2,878 XLA kernels of the demo's step, each of which costs compile time on the CPU
-  (benchmarks/README.md, "LAMB's trust ratio on all tensors at once")."""
+  (benchmarks/bench_step.py)."""
 
   def update_fn(updates, state, params=None):
     if params is None:

@@ -1,4 +1,4 @@
-"""The in-batch softmax losses computed blockwise around a ring of devices (issue 13).
+"""The in-batch softmax losses computed blockwise around a ring of devices.
 
 losses.contrastive_loss and losses.additive_margin_loss build the global
 B x B logit matrix; under jit with a batch sharded over n devices each device

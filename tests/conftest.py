@@ -43,8 +43,7 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 # No Python frames in the lowered programs' locations (JAX's default keeps up to 100 per
 # op, which XLA carries as metadata through every pass): the same programs, and the same
 # cache keys (JAX leaves debug info out of them), ~10% less CPU to compile the tiny train
-# step and ~7% less over test_models + test_efficientnet_impl (benchmarks/README.md, "The
-# test suite's time"). Python tracebacks of the tests are untouched; set it yourself to
+# step and ~7% less over test_models + test_efficientnet_impl (benchmarks/pytest_cpu.py). Python tracebacks of the tests are untouched; set it yourself to
 # see source lines in an XLA dump or a profile.
 os.environ.setdefault("JAX_TRACEBACK_IN_LOCATIONS_LIMIT", "0")
 
@@ -410,8 +409,7 @@ def collect_garbage_less() -> None:
   walks the whole heap (~700k objects once JAX, Flax and TensorFlow are imported). Freezing
   what the imports made and collecting generation 0 every 10,000 allocations instead of 700
   cut the collector's share of building the tiny train step from 1.2 s to 0.3 s (of 8.5 s).
-  Tests only: in mural.main the demo showed no difference beyond run-to-run noise (README,
-  "Tests", and benchmarks/README.md)."""
+  Tests only: in mural.main the demo showed no difference beyond run-to-run noise."""
   gc.collect()
   gc.freeze()
   gc.set_threshold(10_000, 10, 10)

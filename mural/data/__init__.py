@@ -17,8 +17,7 @@ def set_tensorflow_env_defaults() -> None:
   """What mural's commands ask of TensorFlow unless the environment says otherwise; call it
   before TensorFlow loads. TensorFlow runs only the input pipeline here: no INFO lines
   (TF_CPP_MIN_LOG_LEVEL 2), and its oneDNN graph rewrites off (TF_ENABLE_ONEDNN_OPTS 0),
-  which the pipeline's ops do not gain from (benchmarks/README.md, "TensorFlow's oneDNN
-  rewrites") and which write "oneDNN custom operations are on" twice at import and an
+  which the pipeline's ops do not gain from (benchmarks/bench_pipeline.py) and which write "oneDNN custom operations are on" twice at import and an
   E-level "oneDNN supports DT_INT64 only on platforms with AVX-512" at the first batch."""
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")

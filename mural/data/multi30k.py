@@ -1,6 +1,6 @@
 """Multi30k captions (text only): translations (task 1) and comparable captions (task 2).
 
-Layout (the public release, see /work/shared/data/README.md):
+Layout (the public release, github.com/multi30k/dataset):
   task1/raw/<split>.<lang>.gz   one caption per line, line i of every language
                                 describes image line i of task1/image_splits/<split>.txt
   task2/raw/<split>.<k>.<lang>.gz  k = 1..5, en and de written independently;

@@ -173,7 +173,7 @@ def _source_stream(task, src: _Source, index: int, state: dict, seed,
   Per record: one map (checks, language sampling, and the crop unless the images still need
   decoding); per chunk of records: the skip counts and the drop of skipped and thinned
   records. Each stage of tf.data costs per element, so the fewer per-record stages the
-  cheaper the stream (benchmarks/README.md, "The input's per-record stages").
+  cheaper the stream (benchmarks/bench_pipeline.py).
   """
   buffer = data_config.shuffle_buffer
   src_seed = _fold(seed, index)

@@ -1,4 +1,4 @@
-"""C++ kernels for XLA's CPU runtime, compiled on first use (issue 9).
+"""C++ kernels for XLA's CPU runtime, compiled on first use.
 
 Why: on the CPU, XLA runs EfficientNet's batch norm + swish + depthwise conv as
 many elementwise and reduction passes, each writing an activation of the

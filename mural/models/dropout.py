@@ -1,7 +1,7 @@
 """Dropout that spends 16 random bits on each element: half the RNG work of flax's.
 
 Why: on the CPU, drawing threefry bits is most of what dropout costs (BERT's
-dropouts were about 4% of issue 9's train step), and a keep decision needs far
+dropouts were about 4% of the CPU train step of benchmarks/bench_step.py), and a keep decision needs far
 fewer than 32 bits; and threefry's rounds are written out here (`threefry_bits`),
 where jax's CPU lowering runs them as a loop. Each 32-bit draw decides two
 neighbours on the last axis (its low and high halves), so the draws keep the

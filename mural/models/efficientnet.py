@@ -13,8 +13,8 @@ parameters (`conv_impl`, config.model.image.conv_impl):
   'xla'   lax.conv_general_dilated, as nn.Conv: good on GPU and TPU;
   'fast'  depthwise convs as k * k shifted multiply-adds, pointwise (1x1)
           convs as one matmul and other convs as patches @ kernel: XLA's CPU
-          convolutions are several times slower than these (project issue 9,
-          jax-ml/jax#23713, openxla/xla#34273; benchmarks/bench_convs.py);
+          convolutions are several times slower than these (jax-ml/jax#23713,
+          openxla/xla#34273; benchmarks/bench_convs.py);
   'native' 'fast', and with 'fused' norms, in training, a block's expand conv +
           norm + swish + depthwise conv and its depthwise norm + swish +
           squeeze-excite in float32 by mural's C++ kernels (mural/kernels, built
@@ -768,7 +768,7 @@ def batch_norm_act(x, scale, bias, epsilon: float, swish: bool, dtype):
   float32 statistics) followed by nn.swish, as one op with its own VJP that keeps
   only x and two [C] vectors for the backward: autodiff keeps the normalised x
   and the sigmoid too, and XLA's CPU back end spends its step on such
-  elementwise passes (issue 9's profile). mean and var are returned for the
+  elementwise passes (a profile of the CPU train step). mean and var are returned for the
   running averages.
   """
   return _norm_act_forward(x, scale, bias, epsilon, swish, dtype)[0]

@@ -32,7 +32,7 @@ evaluated languages; each task has its own Adam state (mural's per-task
 optimizers; the paper: one Adam over both tasks' steps). The rate is constant
 (optim.decay = False: the paper's code, built on VSE++'s, never lowers it);
 mural's default linear decay to 0 at total_steps starved a short run's late
-steps (README, Kádár et al.).
+steps (docs/systems.md, "Kádár et al.").
 """
 
 import dataclasses
