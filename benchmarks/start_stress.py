@@ -10,7 +10,8 @@ way a new user's first run starts; it passes when the run logs its first step
 kernels' build, the step's compile, TensorFlow's input), so a fault that depends on their
 timing shows as a failed start here. Configs at the papers' sizes start at CPU scale
 (PAPER_SIZE: batch 8, 64 px); the others as shipped. Prints one line per start and a
-table; exits 1 when any start failed.
+table; exits 1 when any start failed. --record appends the counts to benchmarks/results.jsonl
+(results.py).
 """
 
 import argparse
@@ -84,6 +85,7 @@ def main():
   p.add_argument("--rounds", type=int, default=5, help="starts per config")
   p.add_argument("--configs", default="", help="comma-separated config names (default: every shipped one)")
   p.add_argument("--timeout", type=float, default=900, help="seconds a start may take")
+  p.add_argument("--record", action="store_true", help="append the counts to benchmarks/results.jsonl")
   args = p.parse_args()
   names = args.configs.split(",") if args.configs else shipped_configs()
   results = collections.defaultdict(list)
@@ -100,7 +102,13 @@ def main():
     times = sorted(s for _, s in results[name])
     print(f"{name:<18} {len(times):>6}  {sum(ok for ok, _ in results[name]):>6}  {times[len(times) // 2]:>8.0f}")
   failed = sum(not ok for runs in results.values() for ok, _ in runs)
-  print(f"{sum(map(len, results.values()))} starts, {failed} failed")
+  starts = sum(map(len, results.values()))
+  print(f"{starts} starts, {failed} failed")
+  if args.record:
+    from results import record  # pylint: disable=g-import-not-at-top  (benchmarks/results.py)
+    record("start_stress", {"starts": starts, "failed": failed, "configs": len(names),
+                            "rounds": args.rounds},
+           config="every shipped config" if not args.configs else ",".join(names))
   sys.exit(1 if failed else 0)
 
 
