@@ -13,7 +13,7 @@ of a loss of the pooled features w.r.t. the params, batch stats updated) for:
   model      the EfficientNet image tower (--variant, include_head=True,
              train=True), [model_batch, image_size, image_size, 3] images;
   matmul     a [4096, 4096] f32 matmul (forward only): the measured peak.
-for each implementation in mural.models.efficientnet.CONV_IMPLS ('xla',
+for each implementation in mural.models.op_impls.CONV_IMPLS ('xla',
 'fast'). It prints samples/s, the time ratio xla / fast, and the achieved
 FLOP/s over the matmul peak (MFU), with the FLOPs of the conv maths: 3 x 2 x
 the multiply-adds of every conv (forward, input and kernel gradients; the
@@ -104,12 +104,12 @@ def run(args) -> dict:
   import flax.linen as nn  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from mural.models import efficientnet  # pylint: disable=g-import-not-at-top
+  from mural.models import conv_ops, efficientnet, image_layers, op_impls  # pylint: disable=g-import-not-at-top
 
   parts = args.only.split(",")
   impls = args.impls.split(",")
   for impl in impls:
-    efficientnet.check_conv_impl(impl)
+    op_impls.check_conv_impl(impl)
   keys = iter(jax.random.split(jax.random.key(0), 64))
   normal = lambda shape: jax.random.normal(next(keys), shape, jnp.float32)
   results = {}
@@ -137,7 +137,7 @@ def run(args) -> dict:
 
     def count(next_fun, args, kwargs, context):
       module = context.module
-      if isinstance(module, efficientnet.Conv) and context.method_name == "__call__":
+      if isinstance(module, image_layers.Conv) and context.method_name == "__call__":
         k, c = module.kernel_size, args[0].shape[-1]
         total.append(conv_flops(args[0].shape, (k, k, c // module.feature_group_count,
                                                 module.features), module.strides))
@@ -159,14 +159,14 @@ def run(args) -> dict:
     out = -(-s // args.stride)
     ct = normal((b, out, out, c))
     for impl in impls:
-      f = lambda x, w, impl=impl: efficientnet.conv2d(x, w, args.stride, c, impl)
+      f = lambda x, w, impl=impl: conv_ops.conv2d(x, w, args.stride, c, impl)
       measure(f"depthwise/{impl}", vjp_step(f), x, w, ct, samples=b,
               flops=conv_flops(x.shape, w.shape, args.stride))
   if "pointwise" in parts:
     x, w = normal((b, s, s, c)), normal((1, 1, c, args.out_channels))
     ct = normal((b, s, s, args.out_channels))
     for impl in impls:
-      f = lambda x, w, impl=impl: efficientnet.conv2d(x, w, 1, 1, impl)
+      f = lambda x, w, impl=impl: conv_ops.conv2d(x, w, 1, 1, impl)
       measure(f"pointwise/{impl}", vjp_step(f), x, w, ct, samples=b,
               flops=conv_flops(x.shape, w.shape, 1))
   if "model" in parts:

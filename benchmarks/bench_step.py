@@ -622,14 +622,14 @@ def main(argv=None) -> None:
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from bench_convs import cpu_name  # pylint: disable=g-import-not-at-top
   from mural import train  # pylint: disable=g-import-not-at-top
-  from mural.models import efficientnet  # pylint: disable=g-import-not-at-top
+  from mural.models import op_impls  # pylint: disable=g-import-not-at-top
 
   load = os.getloadavg()
   print(f"CPU: {cpu_name()}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
   print(f"jax {jax.__version__}, backend {jax.default_backend()}, {jax.device_count()} device(s), "
         f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}, GLIBC_TUNABLES={os.environ.get('GLIBC_TUNABLES', '')!r}")
-  impl = efficientnet.resolve_conv_impl(args.conv_impl)
-  norm = efficientnet.resolve_norm_impl(args.norm_impl)
+  impl = op_impls.resolve_conv_impl(args.conv_impl)
+  norm = op_impls.resolve_norm_impl(args.norm_impl)
   head_dropout = config.model.image.dropout_rate  # None: the variant's own rate.
   head_dropout = "the variant's" if head_dropout is None else head_dropout
   print(f"step: ALIGN, EfficientNet-{args.variant.upper()}"

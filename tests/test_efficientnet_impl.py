@@ -23,7 +23,12 @@ import pytest
 from conftest import jit_vjp
 from mural import config_lib
 from mural import kernels
+from mural.models import conv_ops
 from mural.models import efficientnet
+from mural.models import image_layers
+from mural.models import native_ops
+from mural.models import norm_ops
+from mural.models import op_impls
 
 
 def assert_close(actual, expected, tol, floor=0.0, what=""):
@@ -52,17 +57,17 @@ def shapes_and_names(variables):
 def test_auto_is_native_on_cpu_and_bad_values_name_the_config_field(monkeypatch):
   assert jax.default_backend() == "cpu"
   # This project's machines have a C++ compiler: the kernels must build (tests/test_kernels.py).
-  assert efficientnet.resolve_conv_impl("auto") == "native", kernels.unavailable_reason()
+  assert op_impls.resolve_conv_impl("auto") == "native", kernels.unavailable_reason()
   impls = ("xla", "fast", "native")
-  assert [efficientnet.resolve_conv_impl(i) for i in impls] == list(impls)
+  assert [op_impls.resolve_conv_impl(i) for i in impls] == list(impls)
   with monkeypatch.context() as m:  # Without the kernels: 'auto' is 'fast', 'native' an error.
     m.setattr(kernels, "_load", lambda: "no C++ compiler")
-    assert efficientnet.resolve_conv_impl("auto") == "fast"
+    assert op_impls.resolve_conv_impl("auto") == "fast"
     with pytest.raises(config_lib.ConfigError, match=r"'native' .*\(no C\+\+ compiler\)"):
-      efficientnet.resolve_conv_impl("native")
+      op_impls.resolve_conv_impl("native")
   for bad in ("XLA", "onednn", None):
     with pytest.raises(config_lib.ConfigError, match=r"^config\.model\.image\.conv_impl: "):
-      efficientnet.check_conv_impl(bad)
+      op_impls.check_conv_impl(bad)
   fields = config_lib.base_config().model.image.to_dict()
   fields.pop("conv_impl", None)  # Configs from before the fields: 'auto'.
   fields.pop("norm_impl", None)
@@ -77,7 +82,7 @@ def test_auto_is_native_on_cpu_and_bad_values_name_the_config_field(monkeypatch)
   net = efficientnet.EfficientNet(0.25, 0.25, 0.2, conv_impl="cudnn")
   with pytest.raises(config_lib.ConfigError, match=r"conv_impl"):
     jax.eval_shape(lambda: net.init(jax.random.key(0), jnp.zeros((1, 32, 32, 3)), train=False))
-  assert efficientnet.resolve_norm_impl("auto") == "fused"
+  assert op_impls.resolve_norm_impl("auto") == "fused"
   section.conv_impl, section.norm_impl = "xla", "batchnorm"
   with pytest.raises(config_lib.ConfigError, match=r"^config\.model\.image\.norm_impl: 'batchnorm'"):
     efficientnet.from_config(section, jnp.float32, jnp.float32)
@@ -137,8 +142,8 @@ CASES += [(1, 1, 8, 8, 5, 2, 8, False), (3, 2, 8, 8, 5, 2, 8, False),
 def _conv(impl, case):
   _, _, _, features, kernel, stride, groups, bias = case
   init = nn.initializers.normal(1.0)  # Non-zero biases: their gradient is checked too.
-  return efficientnet.Conv(features, kernel, stride, groups, bias, kernel_init=init,
-                           bias_init=init, impl=impl)
+  return image_layers.Conv(features, kernel, stride, groups, bias, kernel_init=init,
+                            bias_init=init, impl=impl)
 
 
 def _conv_inputs():
@@ -169,7 +174,7 @@ def _conv_inits(x):
     case = (None, None, None, features, kernel, stride, groups, bias)
     out.append((reference.init(jax.random.key(1), x),
                 {impl: _conv(impl, case).init(jax.random.key(1), x)
-                 for impl in efficientnet.CONV_IMPLS}))
+                 for impl in op_impls.CONV_IMPLS}))
   return out
 
 
@@ -185,7 +190,7 @@ def _conv_vjps(impl, variables, xs, cts):
 def test_conv_implementations_match_xla_and_nn_conv():
   # Same param names, shapes and init values as nn.Conv: old checkpoints load.
   for reference, ours in _conv_inits(jnp.ones((2, 7, 6, 8))):
-    for impl in efficientnet.CONV_IMPLS:
+    for impl in op_impls.CONV_IMPLS:
       jax.tree.map(np.testing.assert_array_equal, ours[impl], reference)
   xs, cts, variables = _conv_inputs()
   nn_conv = jax.jit(lambda vs, xs: [
@@ -209,10 +214,10 @@ def test_fast_conv_keeps_bf16_and_sums_in_float32():
 
   @jax.jit
   def both(x):
-    exact = lambda a, k, s, g: efficientnet.xla_conv(
+    exact = lambda a, k, s, g: conv_ops.xla_conv(
         a.astype(jnp.float32), k.astype(jnp.float32), s, g)
-    return ((efficientnet.conv2d(x, depthwise, 2, 8, "fast"), exact(x, depthwise, 2, 8)),
-            (efficientnet.conv2d(x, pointwise, 1, 1, "fast"), exact(x, pointwise, 1, 1)))
+    return ((conv_ops.conv2d(x, depthwise, 2, 8, "fast"), exact(x, depthwise, 2, 8)),
+            (conv_ops.conv2d(x, pointwise, 1, 1, "fast"), exact(x, pointwise, 1, 1)))
 
   for fast, exact in both(x):
     assert fast.dtype == jnp.bfloat16
@@ -236,9 +241,9 @@ def test_norm_act_depthwise_conv_is_the_composition_with_its_gradients():
       def reference(x, scale, bias, kernel, stride=stride):
         mean, var = jnp.mean(x, (0, 1, 2)), jnp.var(x, (0, 1, 2))
         y = jax.nn.swish((x - mean) / jnp.sqrt(var + 1e-3) * scale + bias)
-        return efficientnet.xla_conv(y, kernel, stride, shape[-1])
+        return conv_ops.xla_conv(y, kernel, stride, shape[-1])
 
-      fused = functools.partial(efficientnet.norm_act_depthwise_conv, epsilon=1e-3, stride=stride,
+      fused = functools.partial(norm_ops.norm_act_depthwise_conv, epsilon=1e-3, stride=stride,
                                 dtype=jnp.dtype(jnp.float64))
       ct = jnp.asarray(rng.normal(size=jax.eval_shape(reference, x, scale, bias, kernel).shape))
       assert_trees_close(jit_vjp(fused, (x, scale, bias, kernel), ct),
@@ -252,21 +257,21 @@ def test_a_pointwise_that_no_op_takes_is_computed_first():
   rng = np.random.default_rng(3)
   x, w = (jnp.asarray(rng.normal(size=s), jnp.float32) for s in ((2, 6, 6, 4), (1, 1, 4, 8)))
   scale, bias = (jnp.asarray(rng.normal(size=8), jnp.float32) for _ in range(2))
-  plain_y = efficientnet.pointwise_conv(x, w)
-  lazy = efficientnet.NormAct(efficientnet.Pointwise(x, w), scale, bias, 1e-3, jnp.float32)
-  plain = efficientnet.NormAct(plain_y, scale, bias, 1e-3, jnp.float32)
+  plain_y = conv_ops.pointwise_conv(x, w)
+  lazy = image_layers.NormAct(native_ops.Pointwise(x, w), scale, bias, 1e-3, jnp.float32)
+  plain = image_layers.NormAct(plain_y, scale, bias, 1e-3, jnp.float32)
   assert lazy.x.shape == plain_y.shape and lazy.x.dtype == plain_y.dtype
-  for conv in (efficientnet.Conv(8, 3, feature_group_count=8, impl="fast"),
-               efficientnet.Conv(5, 1, impl="native")):
+  for conv in (image_layers.Conv(8, 3, feature_group_count=8, impl="fast"),
+               image_layers.Conv(5, 1, impl="native")):
     params = conv.init(jax.random.key(0), plain)
     np.testing.assert_allclose(conv.apply(params, lazy), conv.apply(params, plain), rtol=1e-6)
-  norm = efficientnet.FusedBatchNorm(use_running_average=True, swish=True)
+  norm = image_layers.FusedBatchNorm(use_running_average=True, swish=True)
   variables = norm.init(jax.random.key(0), plain_y)
-  np.testing.assert_allclose(norm.apply(variables, efficientnet.Pointwise(x, w)),
+  np.testing.assert_allclose(norm.apply(variables, native_ops.Pointwise(x, w)),
                              norm.apply(variables, plain_y), rtol=1e-6)
   # In training the statistics for the running averages come from x's Gram matrix.
-  train = efficientnet.FusedBatchNorm(use_running_average=False, swish=True, defer=True)
-  _, got = train.apply(variables, efficientnet.Pointwise(x, w), mutable=["batch_stats"])
+  train = image_layers.FusedBatchNorm(use_running_average=False, swish=True, defer=True)
+  _, got = train.apply(variables, native_ops.Pointwise(x, w), mutable=["batch_stats"])
   _, want = train.apply(variables, plain_y, mutable=["batch_stats"])
   assert_trees_close(got, want, 1e-5, 1e-6)
 
@@ -308,8 +313,8 @@ def test_param_trees_are_identical(tiny_variables):
   # One block per B0 stage at depth 0.25, each with its depthwise conv.
   assert sum(k.endswith("['depthwise_conv']['kernel']") for k in expected) == 7
   assert expected["['params']['block_1']['depthwise_conv']['kernel']"] == (
-      (3, 3, 1, 48), jnp.float32, efficientnet.DEPTHWISE)
-  assert expected["['params']['stem_conv']['kernel']"][2] == efficientnet.CONV
+      (3, 3, 1, 48), jnp.float32, image_layers.DEPTHWISE)
+  assert expected["['params']['stem_conv']['kernel']"][2] == image_layers.CONV
   for impl, norm, train in (("fast", "flax", False), ("auto", "auto", False),
                             ("xla", "fused", False), ("native", "fused", True)):
     # Trained 'native' blocks declare their squeeze-excite's params by ConvWeights.
@@ -363,7 +368,7 @@ def test_tiny_efficientnet_train_step_matches_xla(tiny_variables, dtype=jnp.floa
       # which compute it themselves where it has at most KERNEL_EXPAND_MAX_CHANNELS inputs
       # (else XLA's matmul): both kinds are here, so the step below checks both paths.
       own = sum(b["expand_ratio"] != 1 and
-                b["in_filters"] <= efficientnet.KERNEL_EXPAND_MAX_CHANNELS
+                b["in_filters"] <= native_ops.KERNEL_EXPAND_MAX_CHANNELS
                 for b in _tiny("native").blocks())
       assert 0 < own < 6 and native.count("mural_expand_norm_act_depthwise_bwd") == own, native
       assert _depthwise_calls(native) == 6, native
@@ -386,12 +391,12 @@ def test_depthwise_grad_loop_takes_every_devices_share_per_step():
   8 devices, 256 px tiny towers, 532 -> 308 MiB of temporaries, the 1-device figure)."""
   big = jax.ShapeDtypeStruct((64, 128, 128, 48), jnp.float32)  # 3 MiB per example: over the bytes.
   small = jax.ShapeDtypeStruct((64, 8, 8, 16), jnp.float32)
-  assert efficientnet._batch_chunk(big) == 1 and efficientnet._batch_chunk(small) == 64
+  assert conv_ops._batch_chunk(big) == 1 and conv_ops._batch_chunk(small) == 64
   for sizes, want_big in (((8, 1, 1), 8), ((2, 4, 1), 8), ((2, 1, 4), 8), ((3, 1, 1), 1)):
     mesh = jax.sharding.AbstractMesh(sizes, ("data", "fsdp", "model"))
     with jax.sharding.use_abstract_mesh(mesh):
-      assert efficientnet._batch_chunk(big) == want_big, sizes  # 64 and 3 devices: gcd 1.
-      chunk = efficientnet._batch_chunk(small)
+      assert conv_ops._batch_chunk(big) == want_big, sizes  # 64 and 3 devices: gcd 1.
+      chunk = conv_ops._batch_chunk(small)
       assert chunk % want_big == 0 and 64 % chunk == 0, (sizes, chunk)
 
 

@@ -20,7 +20,8 @@ import pytest
 
 from conftest import imports_in_threads, jit_vjp
 from mural import kernels
-from mural.models import efficientnet
+from mural.models import conv_ops
+from mural.models import native_ops
 
 
 def test_kernels_build_and_load_here():
@@ -38,7 +39,7 @@ def _vjp64(f, args, ct):
 def _reference(x, scale, bias, kernel, stride):
   mean, var = jnp.mean(x, (0, 1, 2)), jnp.var(x, (0, 1, 2))
   y = jax.nn.swish((x - mean) / jnp.sqrt(var + 1e-3) * scale + bias)
-  return efficientnet.xla_conv(y, kernel, stride, x.shape[-1])
+  return conv_ops.xla_conv(y, kernel, stride, x.shape[-1])
 
 
 @pytest.mark.parametrize("shape,k,stride", [
@@ -54,7 +55,7 @@ def test_native_norm_act_depthwise_conv_is_the_composition(shape, k, stride):
   ct = rng.normal(size=(shape[0], -(-shape[1] // stride), -(-shape[2] // stride), c))
   want = _vjp64(functools.partial(_reference, stride=stride), args, ct)
   op = jax.jit(lambda *a: jax.vjp(_with_stats_as_aux(functools.partial(
-      efficientnet.native_norm_act_depthwise_conv, epsilon=1e-3, stride=stride)), *a, has_aux=True))
+      native_ops.native_norm_act_depthwise_conv, epsilon=1e-3, stride=stride)), *a, has_aux=True))
   got, pull, got_stats = op(*(jnp.asarray(a, jnp.float32) for a in args))
   got = [got, *pull(jnp.asarray(ct, jnp.float32)), *got_stats]
   y = np.asarray(want[0], np.float64)
@@ -91,7 +92,7 @@ def test_native_expand_norm_act_depthwise_is_the_composition(shape, features, k,
   matrix and its backward folded into the conv's gradients, against float64 autodiff:
   with x @ w computed by the C++ op (odd pixel and channel counts reach its loops'
   remainders) and by XLA."""
-  monkeypatch.setattr(efficientnet, "KERNEL_EXPAND_MAX_CHANNELS",
+  monkeypatch.setattr(native_ops, "KERNEL_EXPAND_MAX_CHANNELS",
                       shape[-1] if expand_in_kernel else shape[-1] - 1)
   rng = np.random.default_rng(sum(shape) + features + k + stride)
   args = [rng.normal(size=shape) + 0.5, rng.normal(size=(1, 1, shape[-1], features)),
@@ -102,13 +103,13 @@ def test_native_expand_norm_act_depthwise_is_the_composition(shape, features, k,
   y = np.einsum("bhwk,kn->bhwn", args[0], args[1][0, 0])
   want_stats = [y.mean((0, 1, 2)), y.var((0, 1, 2))]
   op = jax.jit(lambda *a: jax.vjp(_with_stats_as_aux(functools.partial(
-      efficientnet.native_expand_norm_act_depthwise, epsilon=1e-3, stride=stride)), *a,
+      native_ops.native_expand_norm_act_depthwise, epsilon=1e-3, stride=stride)), *a,
                                   has_aux=True))
   got, pull, got_out_stats = op(*(jnp.asarray(a, jnp.float32) for a in args))
   got = [got, *pull(jnp.asarray(ct, jnp.float32)), *got_out_stats]
   out = np.asarray(want[0], np.float64)
   want_out_stats = [out.mean((0, 1, 2)), out.var((0, 1, 2))]  # The output's statistics.
-  got_stats = efficientnet.pointwise_batch_stats(*(jnp.asarray(a, jnp.float32) for a in args[:2]))
+  got_stats = native_ops.pointwise_batch_stats(*(jnp.asarray(a, jnp.float32) for a in args[:2]))
   for name, g, w in zip(("y", "dx", "dw", "d_scale", "d_bias", "d_kernel", "y_mean", "y_var",
                          "mean", "var"),
                         got + list(got_stats[:2]), want + want_out_stats + want_stats):
@@ -134,7 +135,7 @@ def test_native_norm_act_squeeze_excite_is_the_composition(shape, squeezed):
           rng.normal(size=(1, 1, squeezed, c)), rng.normal(size=c)]
   ct = rng.normal(size=shape)
   want = _vjp64(_squeeze_excite_reference, args, ct)
-  op = jax.jit(lambda *a: jax.vjp(lambda *b: efficientnet.native_norm_act_squeeze_excite(
+  op = jax.jit(lambda *a: jax.vjp(lambda *b: native_ops.native_norm_act_squeeze_excite(
       *b, epsilon=1e-3), *a))
   got, pull = op(*(jnp.asarray(a, jnp.float32) for a in args))
   got = [got, *pull(jnp.asarray(ct, jnp.float32))]
@@ -150,14 +151,14 @@ def test_native_op_propagates_nan():
   x = np.ones((2, 4, 4, 16), np.float32)
   x[1, 2, 3, 5] = np.nan
   c = jnp.ones(16)
-  y = efficientnet.native_norm_act_depthwise_conv(jnp.asarray(x), c, c, jnp.ones((3, 3, 1, 16)),
-                                                  1e-3, 1)
+  y = native_ops.native_norm_act_depthwise_conv(jnp.asarray(x), c, c, jnp.ones((3, 3, 1, 16)),
+                                                1e-3, 1)
   for a in (y.y, y.mean, y.var):
     assert np.isnan(np.asarray(a)[..., 5]).all() and np.isfinite(np.asarray(a)[..., 4]).all()
   # Through the squeeze-excite: channel 5's batch statistics reach every image's pool,
   # and the squeeze's matmul every gate.
   w = jnp.ones((1, 1, 16, 16))
-  y = efficientnet.native_norm_act_squeeze_excite(jnp.asarray(x), c, c, w, c, w, c, 1e-3)
+  y = native_ops.native_norm_act_squeeze_excite(jnp.asarray(x), c, c, w, c, w, c, 1e-3)
   assert np.isnan(np.asarray(y)).all()
 
 

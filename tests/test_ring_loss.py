@@ -104,16 +104,16 @@ def _sharded_depthwise():
   multi-device tests no longer run it) on a batch split over 8 devices, traced under the mesh
   as the trainer traces its step: the largest relative differences of its input and kernel
   gradients from lax's conv, and whether the compiled gradient gathers anything (its kernel
-  gradient's loop must take the same examples from every device: efficientnet._batch_chunk)."""
+  gradient's loop must take the same examples from every device: conv_ops._batch_chunk)."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from jax.sharding import NamedSharding, PartitionSpec as P  # pylint: disable=g-import-not-at-top
-  from mural.models import efficientnet  # pylint: disable=g-import-not-at-top
+  from mural.models import conv_ops  # pylint: disable=g-import-not-at-top
   mesh = jax.make_mesh((8,), ("data",))
   rng = np.random.default_rng(0)
   x, kernel = rng.normal(size=(16, 12, 12, 8)), rng.normal(size=(3, 3, 1, 8))
   x, kernel, cotangent = (a.astype(np.float32) for a in (x, kernel, rng.normal(size=(16, 6, 6, 8))))
-  grad = lambda impl: jax.grad(lambda x, k: jnp.sum(efficientnet.conv2d(x, k, 2, 8, impl) * cotangent),
+  grad = lambda impl: jax.grad(lambda x, k: jnp.sum(conv_ops.conv2d(x, k, 2, 8, impl) * cotangent),
                                argnums=(0, 1))
   sharded_x = jax.device_put(x, NamedSharding(mesh, P("data")))
   with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):

@@ -20,7 +20,8 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from mural import config_lib
-from mural.models import efficientnet
+from mural.models import image_layers
+from mural.models import op_impls
 
 # depth -> (block kind, blocks per stage).
 DEPTHS = {
@@ -32,12 +33,12 @@ DEPTHS = {
     152: ("bottleneck", (3, 8, 36, 3)),
 }
 _EXPANSION = {"basic": 1, "bottleneck": 4}
-CONV = efficientnet.CONV
+CONV = image_layers.CONV
 
 
 def _conv(features, kernel, strides, impl, name, **kw):
   """He init (fan_out, as torchvision), no bias, named axes."""
-  return efficientnet.Conv(
+  return image_layers.Conv(
       features, kernel, strides=strides, impl=impl, name=name,
       kernel_init=nn.with_logical_partitioning(nn.initializers.variance_scaling(2.0, "fan_out", "normal"), CONV),
       **kw)
@@ -111,5 +112,5 @@ def from_config(image_config, dtype, param_dtype) -> ResNet:
   if not isinstance(width, int) or width < 1:
     raise config_lib.ConfigError(f"config.model.image.width: must be an int >= 1, got {width!r}")
   return ResNet(depth=depth, width=width,
-                conv_impl=efficientnet.check_conv_impl(image_config.get("conv_impl", "auto")),
+                conv_impl=op_impls.check_conv_impl(image_config.get("conv_impl", "auto")),
                 dtype=dtype, param_dtype=param_dtype)
