@@ -82,7 +82,7 @@ def make_grad_fn(model, tasks: Sequence[system_lib.Task], accum_steps: int, mesh
         losses, aux = system_lib.task_losses(model, run, p, batch_stats, batch, rng)
         return losses[name], aux
       # Traced under the mesh, forward and backward: a loss may run blockwise over the devices
-      # (mural/ring_loss.py), a gradient loop must split evenly (efficientnet._batch_chunk).
+      # (mural/ring_loss.py), a gradient loop must split evenly (conv_ops._batch_chunk).
       with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
         (loss, (new_stats, task_metrics)), grads[task.name] = jax.value_and_grad(task_loss, has_aux=True)(params)
       total = total + loss

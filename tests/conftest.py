@@ -108,6 +108,38 @@ def tiny_config(vocab_path: str = "", languages=("en", "de", "sw"), **overrides)
   return set_fields(c, **overrides)
 
 
+def tiny_word_system(c, languages=("en", "de", "sw")):
+  """`c` (MULE's, SMALR's or Kádár et al.'s defaults) at the toy sizes their tests share: B0's
+  first stage at width/depth 0.25 as the frozen backbone (TINY_STAGES) on 32 px, the built-in data
+  in `languages` with 16 held-out scenes, 4 steps logged every step and checkpointed every 2."""
+  c.model.image.variant = "b0"
+  c.model.image.width_coefficient = 0.25
+  c.model.image.depth_coefficient = 0.25
+  c.model.image.num_stages = TINY_STAGES
+  c.data.image_size = 32
+  c.data.eval_resize = 36
+  c.data.autotune = False  # As configs/tiny.py: a used iterator's deletion can otherwise wait.
+  c.data.synthetic.languages = list(languages)
+  c.data.languages = list(languages)
+  c.data.synthetic.eval_scenes = 16
+  c.eval_batch_size = 16
+  c.total_steps = 4
+  c.log_every_steps = 1
+  c.eval_every_steps = 0
+  c.checkpoint_every_steps = 2
+  c.keep_checkpoints = 3
+  return c
+
+
+def workdir_with_words(tmp_path_factory, name: str, words_file: str):
+  """A new workdir holding a copy of `words_file` as its word vocabulary (learned once per module)."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  from mural.data import word_vocab  # pylint: disable=g-import-not-at-top
+  workdir = tmp_path_factory.mktemp(name)
+  shutil.copy(words_file, workdir / word_vocab.FILE_NAME)
+  return workdir
+
+
 @contextlib.contextmanager
 def records_per_source(n: int):
   """Vocabularies learned inside read n records per training source (training_text)."""

@@ -10,7 +10,6 @@ cache) and one learned word vocabulary.
 """
 
 import json
-import shutil
 
 import flax.linen as nn
 import jax
@@ -18,7 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import TINY_FEATURES, TINY_STAGES, assert_resumes_bit_exactly, records_per_source, set_fields, train_step_lowerings
+from conftest import (TINY_FEATURES, assert_resumes_bit_exactly, records_per_source, set_fields,
+                      tiny_word_system, train_step_lowerings, workdir_with_words)
 from mural import checkpointing
 from mural import config_lib
 from mural import describe
@@ -37,33 +37,17 @@ LANGS = ["en", "de", "sw"]
 
 def tiny_kadar_config(**overrides):
   """Kádár et al. at toy sizes on the built-in data (3 languages, 16 held-out scenes)."""
-  c = kadar.get_config()
-  c.model.image.variant = "b0"
-  c.model.image.width_coefficient = 0.25
-  c.model.image.depth_coefficient = 0.25
-  c.model.image.num_stages = TINY_STAGES  # As the training tests' (conftest.py says why).
+  c = tiny_word_system(kadar.get_config(), LANGS)
   c.model.image.output_dim = 16
   c.model.text.words_per_language = 128
   c.model.text.word_dim = 8
   c.model.text.lstm_dim = 16
   c.model.text.output_dim = 16
   c.model.text.max_len = 16
-  c.data.image_size = 32
-  c.data.eval_resize = 36
-  c.data.autotune = False  # As configs/tiny.py: a used iterator's deletion can otherwise wait.
-  c.data.synthetic.languages = list(LANGS)
-  c.data.languages = list(LANGS)
   c.data.synthetic.translation_pair_list = ["en-de", "en-sw", "de-sw"]
-  c.data.synthetic.eval_scenes = 16
   c.data.word_min_count = 2
   c.tasks.c2i.batch_size = c.tasks.c2c.batch_size = 8
   c.tasks.c2i.learning_rate = c.tasks.c2c.learning_rate = 1e-2
-  c.eval_batch_size = 16
-  c.total_steps = 4
-  c.log_every_steps = 1
-  c.eval_every_steps = 0
-  c.checkpoint_every_steps = 2
-  c.keep_checkpoints = 3
   c.early_stopping.metric = ""
   return set_fields(c, **overrides)
 
@@ -303,16 +287,10 @@ def test_each_c2i_batch_is_one_language(words_file):
 # ---- End to end ------------------------------------------------------------------------
 
 
-def _workdir(tmp_path_factory, name, words_file):
-  workdir = tmp_path_factory.mktemp(name)
-  shutil.copy(words_file, workdir / word_vocab.FILE_NAME)
-  return workdir
-
-
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, words_file):
   """4 uninterrupted steps: (workdir, result)."""
-  workdir = _workdir(tmp_path_factory, "kadar_reference", words_file)
+  workdir = workdir_with_words(tmp_path_factory, "kadar_reference", words_file)
   return workdir, train.train_and_evaluate(tiny_kadar_config(), str(workdir), evaluators=[])
 
 
@@ -355,7 +333,7 @@ def test_exports_and_embeds_as_the_evaluator_without_languages(reference):
 
 def test_resumes_bit_exactly(reference, tmp_path_factory, words_file):
   config = tiny_kadar_config()
-  workdir = _workdir(tmp_path_factory, "kadar_resumed", words_file)
+  workdir = workdir_with_words(tmp_path_factory, "kadar_resumed", words_file)
   assert_resumes_bit_exactly(config, workdir, reference[1])
 
 
@@ -400,7 +378,7 @@ def test_early_stopping_keeps_the_best_checkpoint(reference, tmp_path_factory, w
   config = tiny_kadar_config(**{"early_stopping.metric": "mean/rsum", "early_stopping.patience": 2,
                                 "eval_every_steps": 1, "checkpoint_every_steps": 100, "keep_checkpoints": 1,
                                 "total_steps": 4})
-  workdir = _workdir(tmp_path_factory, "kadar_early", words_file)
+  workdir = workdir_with_words(tmp_path_factory, "kadar_early", words_file)
   scores = ScriptedScore([1.0, 3.0, 2.0, 2.5])
   result = train.train_and_evaluate(config, str(workdir), evaluators=[scores])
   assert result["early_stopped"] and result["best_step"] == 2 and result["step"] == 4 and scores.calls == 4

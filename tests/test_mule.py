@@ -14,7 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import TINY_FEATURES, TINY_STAGES, assert_resumes_bit_exactly, records_per_source, set_fields
+from conftest import (TINY_FEATURES, assert_resumes_bit_exactly, records_per_source, set_fields,
+                      tiny_word_system, workdir_with_words)
 from mural import config_lib
 from mural import describe
 from mural import losses
@@ -32,11 +33,7 @@ LANGS = ["en", "de", "sw"]
 
 def tiny_mule_config(**overrides):
   """MULE at toy sizes on the built-in data (3 languages, 16 held-out scenes)."""
-  c = mule.get_config()
-  c.model.image.variant = "b0"
-  c.model.image.width_coefficient = 0.25
-  c.model.image.depth_coefficient = 0.25
-  c.model.image.num_stages = TINY_STAGES  # As the training tests' (conftest.py says why).
+  c = tiny_word_system(mule.get_config(), LANGS)
   c.model.image.hidden_dim = 32
   c.model.image.output_dim = 16
   c.model.text.words_per_language = 64
@@ -45,21 +42,9 @@ def tiny_mule_config(**overrides):
   c.model.text.lstm_dim = 16
   c.model.text.output_dim = 16
   c.model.text.max_len = 16
-  c.data.image_size = 32
-  c.data.eval_resize = 36
-  c.data.autotune = False  # As configs/tiny.py: a used iterator's deletion can otherwise wait.
-  c.data.synthetic.languages = list(LANGS)
-  c.data.languages = list(LANGS)
-  c.data.synthetic.eval_scenes = 16
   c.tasks.mm.batch_size = c.tasks.nc.batch_size = 8
   c.tasks.mm.learning_rate = c.tasks.nc.learning_rate = 1e-2
-  c.eval_batch_size = 16
   c.optim.warmup_steps = 1
-  c.total_steps = 4
-  c.log_every_steps = 1
-  c.eval_every_steps = 0
-  c.checkpoint_every_steps = 2
-  c.keep_checkpoints = 3
   return set_fields(c, **overrides)
 
 
@@ -341,16 +326,10 @@ def words_file(tmp_path_factory):
     return word_vocab.learn(c, system.vocabulary_tasks(mule.SYSTEM, c), str(workdir))
 
 
-def _workdir(tmp_path_factory, name, words_file):
-  workdir = tmp_path_factory.mktemp(name)
-  shutil.copy(words_file, workdir / word_vocab.FILE_NAME)
-  return workdir
-
-
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, words_file):
   """4 uninterrupted steps: (workdir, result)."""
-  workdir = _workdir(tmp_path_factory, "mule_reference", words_file)
+  workdir = workdir_with_words(tmp_path_factory, "mule_reference", words_file)
   return workdir, train.train_and_evaluate(tiny_mule_config(), str(workdir), evaluators=[])
 
 
@@ -377,7 +356,7 @@ def test_trains_end_to_end(reference):
 
 def test_resumes_bit_exactly(reference, tmp_path_factory, words_file):
   config = tiny_mule_config()
-  workdir = _workdir(tmp_path_factory, "mule_resumed", words_file)
+  workdir = workdir_with_words(tmp_path_factory, "mule_resumed", words_file)
   assert_resumes_bit_exactly(config, workdir, reference[1])
 
 

@@ -14,7 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import TINY_STAGES, assert_resumes_bit_exactly, records_per_source, set_fields
+from conftest import (assert_resumes_bit_exactly, records_per_source, set_fields,
+                      tiny_word_system, workdir_with_words)
 from mural import clc
 from mural import config_lib
 from mural import describe
@@ -35,11 +36,7 @@ LANGS = ["en", "de", "sw"]
 
 def tiny_smalr_config(ablation="smalr", **overrides):
   """SMALR at toy sizes on the built-in data (3 languages, 16 held-out scenes, 8 for CLC-C)."""
-  c = smalr.get_config()
-  c.model.image.variant = "b0"
-  c.model.image.width_coefficient = 0.25
-  c.model.image.depth_coefficient = 0.25
-  c.model.image.num_stages = TINY_STAGES  # As the training tests' (conftest.py says why).
+  c = tiny_word_system(smalr.get_config(), LANGS)
   c.model.image.hidden_dim = 32
   c.model.image.output_dim = 16
   t = c.model.text
@@ -53,24 +50,12 @@ def tiny_smalr_config(ablation="smalr", **overrides):
   t.output_dim = 16
   t.max_len = 16
   t.explore_top = 4
-  c.data.image_size = 32
-  c.data.eval_resize = 36
-  c.data.autotune = False  # As configs/tiny.py: a used iterator's deletion can otherwise wait.
-  c.data.synthetic.languages = list(LANGS)
-  c.data.languages = list(LANGS)
   c.data.synthetic.translation_pair_list = smalr.all_pairs(LANGS)
-  c.data.synthetic.eval_scenes = 16
   c.clc.validation_images = 8
   for name in ("mm", "pairs", "latent"):
     c.tasks[name].batch_size = 8
     c.tasks[name].learning_rate = 1e-2
-  c.eval_batch_size = 16
   c.optim.warmup_steps = 1
-  c.total_steps = 4
-  c.log_every_steps = 1
-  c.eval_every_steps = 0
-  c.checkpoint_every_steps = 2
-  c.keep_checkpoints = 3
   smalr.apply_ablation(c, ablation)
   return set_fields(c, **overrides)
 
@@ -419,16 +404,10 @@ def test_phase_1_learns_the_words_of_the_caption_task_it_leaves_at_weight_0(tmp_
   assert "no word of sw:" in warning
 
 
-def _workdir(tmp_path_factory, name, words_file):
-  workdir = tmp_path_factory.mktemp(name)
-  shutil.copy(words_file, workdir / word_vocab.FILE_NAME)
-  return workdir
-
-
 @pytest.fixture(scope="module")
 def pretrained(tmp_path_factory, words_file):
   """Phase 1, two steps: (workdir, result)."""
-  workdir = _workdir(tmp_path_factory, "smalr_lv", words_file)
+  workdir = workdir_with_words(tmp_path_factory, "smalr_lv", words_file)
   config = tiny_smalr_config("pretrain", total_steps=2)
   return workdir, train.train_and_evaluate(config, str(workdir), evaluators=[])
 

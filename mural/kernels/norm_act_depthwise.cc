@@ -1,6 +1,6 @@
 // Training batch norm + swish + depthwise SAME conv as one pass over memory, forward
 // and backward, for XLA's CPU runtime (built and registered by mural/kernels/__init__.py;
-// the maths is mural/models/efficientnet.py's norm_act_depthwise_conv), also with the
+// the maths is mural/models/norm_ops.py's norm_act_depthwise_conv), also with the
 // block's expand conv before it (native_expand_norm_act_depthwise: x @ w computed image
 // by image, and its gradients taken from dz band by band). At the end, the passes of
 // the norm + swish + squeeze-excite after it (native_norm_act_squeeze_excite).

@@ -8,7 +8,7 @@ the shortcut where the shape changes; the embedding is the global average
 pool of the last stage (the classifier is not part of the tower). `width`
 (64 in the paper) scales every stage's channels, for towers small enough to
 train on a CPU. Convs are SAME-padded and computed by the EfficientNet
-tower's `Conv` (same parameters, 'fast' maths on CPU); batch norm uses
+tower's `image_layers.Conv` (same parameters, 'fast' maths on CPU); batch norm uses
 torchvision's momentum 0.1 (Flax 0.9) and epsilon 1e-5; the last batch norm
 of each residual branch starts at zero scale (Goyal et al. 2017), so each
 block starts as the identity.
