@@ -34,24 +34,16 @@ Measured (2 idle cores, Intel Xeon avx512f; mean over languages, %):
 import argparse
 import json
 import pathlib
-import subprocess
 import sys
-import time
+
+import claim_runs  # benchmarks/claim_runs.py
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 VARIANTS = ("full", "text_only")
 
 
 def train(name, workdir, args, log_dir):
-  """One mural.main training run; returns (its final eval dict, seconds)."""
-  start = time.time()
-  with open(log_dir / f"{name}.log", "w") as log:
-    rc = subprocess.run([sys.executable, "-m", "mural.main", f"--workdir={workdir}", *args], cwd=ROOT,
-                        stdout=log, stderr=subprocess.STDOUT).returncode
-  if rc:
-    sys.exit(f"globetrotter_claim: run {name!r} failed (exit {rc}); see {log_dir / f'{name}.log'}")
-  evals = sorted((workdir / "eval").glob("step_*.json"), key=lambda p: int(p.stem.split("_")[1]))
-  return (json.loads(evals[-1].read_text()) if evals else {}), time.time() - start
+  return claim_runs.train("globetrotter_claim", name, workdir, args, log_dir, timed=True)
 
 
 def main():

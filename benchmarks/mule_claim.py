@@ -34,25 +34,16 @@ import argparse
 import json
 import pathlib
 import shutil
-import subprocess
 import sys
-import time
+
+import claim_runs  # benchmarks/claim_runs.py
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 VARIANTS = ("embn_nc_lc", "embn", "parallel_embn")  # The first learns the word vocabulary.
 
 
 def train(name, workdir, args, log_dir):
-  """One mural.main training run; returns its final eval dict."""
-  start = time.time()
-  with open(log_dir / f"{name}.log", "w") as log:
-    rc = subprocess.run([sys.executable, "-m", "mural.main", f"--workdir={workdir}", *args], cwd=ROOT,
-                        stdout=log, stderr=subprocess.STDOUT).returncode
-  if rc:
-    sys.exit(f"mule_claim: run {name!r} failed (exit {rc}); see {log_dir / f'{name}.log'}")
-  print(f"{name}: {time.time() - start:.0f} s", flush=True)
-  evals = sorted((workdir / "eval").glob("step_*.json"), key=lambda p: int(p.stem.split("_")[1]))
-  return json.loads(evals[-1].read_text()) if evals else {}
+  return claim_runs.train("mule_claim", name, workdir, args, log_dir)
 
 
 def main():

@@ -41,24 +41,12 @@ phase 1 3000 steps, 40-43 s):
 import argparse
 import json
 import pathlib
-import subprocess
 import sys
 import time
 
+import claim_runs  # benchmarks/claim_runs.py
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-
-
-def train(name, workdir, args, log_dir):
-  """One mural.main training run; returns its final eval dict."""
-  start = time.time()
-  with open(log_dir / f"{name}.log", "w") as log:
-    rc = subprocess.run([sys.executable, "-m", "mural.main", f"--workdir={workdir}", *args], cwd=ROOT,
-                        stdout=log, stderr=subprocess.STDOUT).returncode
-  if rc:
-    sys.exit(f"smalr_claim: run {name!r} failed (exit {rc}); see {log_dir / f'{name}.log'}")
-  print(f"{name}: {time.time() - start:.0f} s", flush=True)
-  evals = sorted((workdir / "eval").glob("step_*.json"), key=lambda p: int(p.stem.split("_")[1]))
-  return json.loads(evals[-1].read_text()) if evals else {}
 
 
 def phase_1_collapse(workdir):
@@ -116,6 +104,10 @@ def assignment_purity(config, samples: int = 3000, min_lift: float = 1.6):
   tokens = [t for t, _ in tokened]
   shuffled = list(zip(np.random.default_rng(1).permutation(tokens), [m for _, m in tokened]))
   return purity(tokened), purity(shuffled), len(set(assignment[assignment >= 0].tolist()))
+
+
+def train(name, workdir, args, log_dir):
+  return claim_runs.train("smalr_claim", name, workdir, args, log_dir)
 
 
 def main():
