@@ -26,10 +26,10 @@ from mural import checkpointing
 from mural import config_lib
 from mural import disk_space
 from mural import describe
+from mural import device_memory
 from mural import evaluate as evaluate_lib
 from mural import metric_log
 from mural import optim
-from mural import plan
 from mural import system
 from mural import systems
 from mural import step as step_lib
@@ -219,10 +219,10 @@ def test_a_setup_runs_only_the_config_it_was_built_from(uninterrupted, tmp_path)
 
 
 def test_a_step_the_device_cannot_hold_fails_before_the_first_step(uninterrupted, tmp_path, monkeypatch):
-  """The trainer checks the compiled step's memory (mural/plan.py check_fits) before it runs it:
+  """The trainer checks the compiled step's memory (mural/device_memory.py check_fits) before it runs it:
   here against a device of 1 MiB (the tiny step needs more)."""
   config, _, _, setup = uninterrupted
-  monkeypatch.setattr(plan, "device_memory_bytes", lambda: 2**20)
+  monkeypatch.setattr(device_memory, "device_memory_bytes", lambda: 2**20)
   with pytest.raises(TrainingError, match=r"^the train step needs .* more than the 1\.00 MiB a cpu device"):
     train.train_and_evaluate(config, str(tmp_path), setup=setup, evaluators=[])
   assert not (tmp_path / "metrics.jsonl").exists() and not any((tmp_path / "checkpoints").iterdir())
