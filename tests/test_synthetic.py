@@ -10,8 +10,12 @@ import pytest
 from mural import config_lib
 from mural.data import sources as sources_lib
 from mural.data import synthetic as S
+from mural.data import synthetic_grammars as grammars
+from mural.data import synthetic_render as rendering
+from mural.data import synthetic_scenes as scenes
+from mural.data import synthetic_settings as settings_lib
 
-O = S.Obj
+O = scenes.Obj
 
 
 def _config(size=16, **fields):
@@ -24,20 +28,20 @@ def _config(size=16, **fields):
 
 
 def _settings(**fields):
-  return S.Settings.from_config(_config(**fields))
+  return settings_lib.Settings.from_config(_config(**fields))
 
 
 def _random_descriptions(n, seed=0, heldout=False):
   rng = np.random.default_rng(seed)
-  return [S.sample_description(rng, heldout, 0.1) for _ in range(n)]
+  return [scenes.sample_description(rng, heldout, 0.1) for _ in range(n)]
 
 
 # ---- Languages and grammar -------------------------------------------------
 
 def test_languages_scripts_and_config_agree():
-  assert set(S.SCRIPTS) == set(S.LANGUAGES)
-  assert len(set(S.SCRIPTS.values())) >= 5  # Latin, Cyrillic, Japanese, Devanagari, Ethiopic.
-  assert set(config_lib.base_config().data.synthetic.languages) <= set(S.LANGUAGES)
+  assert set(grammars.SCRIPTS) == set(grammars.LANGUAGES)
+  assert len(set(grammars.SCRIPTS.values())) >= 5  # Latin, Cyrillic, Japanese, Devanagari, Ethiopic.
+  assert set(config_lib.base_config().data.synthetic.languages) <= set(grammars.LANGUAGES)
 
 
 # Allowed letter ranges per script (punctuation, digits and spaces are free).
@@ -50,11 +54,11 @@ _SCRIPT_RANGES = {
 }
 
 
-@pytest.mark.parametrize("lang", S.LANGUAGES)
+@pytest.mark.parametrize("lang", grammars.LANGUAGES)
 def test_captions_are_in_the_language_script(lang):
-  ranges = _SCRIPT_RANGES[S.SCRIPTS[lang]]
+  ranges = _SCRIPT_RANGES[grammars.SCRIPTS[lang]]
   for d in _random_descriptions(150, seed=1):
-    for text in S.all_captions(d, lang):
+    for text in grammars.all_captions(d, lang):
       letters = [ch for ch in text if unicodedata.category(ch)[0] in "LM"]  # Letters and vowel signs.
       assert letters, text
       bad = [ch for ch in letters if not any(lo <= ord(ch) <= hi for lo, hi in ranges)]
@@ -68,21 +72,21 @@ def test_captions_are_in_the_language_script(lang):
 def test_a_caption_names_exactly_one_description():
   """Across many scenes no caption (any paraphrase) is shared by two descriptions."""
   descriptions = set(_random_descriptions(1500, seed=2)) | set(_random_descriptions(300, seed=3, heldout=True))
-  for lang in S.LANGUAGES:
+  for lang in grammars.LANGUAGES:
     owner = {}
     for d in descriptions:
-      for text in S.all_captions(d, lang):
+      for text in grammars.all_captions(d, lang):
         assert owner.setdefault(text, d) == d, (lang, text, d, owner[text])
 
 
 def test_canonical_description_is_unique_per_scene():
   a, b, c = O("circle", "red", "small"), O("square", "blue", "large"), O("star", "green", "small")
-  assert S.canonical(b, [(a, "left")]) == S.canonical(a, [(b, "right")])
-  assert S.canonical(b, [(a, "below")]) == S.canonical(a, [(b, "above")])
-  assert S.canonical(b, [(a, "left"), (c, "above")]) == S.canonical(b, [(c, "above"), (a, "left")])
-  assert S.canonical(b, [(a, "left")]) != S.canonical(b, [(a, "right")])
+  assert scenes.canonical(b, [(a, "left")]) == scenes.canonical(a, [(b, "right")])
+  assert scenes.canonical(b, [(a, "below")]) == scenes.canonical(a, [(b, "above")])
+  assert scenes.canonical(b, [(a, "left"), (c, "above")]) == scenes.canonical(b, [(c, "above"), (a, "left")])
+  assert scenes.canonical(b, [(a, "left")]) != scenes.canonical(b, [(a, "right")])
   with pytest.raises(ValueError, match="share a relation"):
-    S.canonical(b, [(a, "left"), (c, "left")])
+    scenes.canonical(b, [(a, "left"), (c, "left")])
 
 
 _SQUARE_BLUE_L = O("square", "blue", "large")
@@ -132,20 +136,21 @@ _HAND_WRITTEN = [
 @pytest.mark.parametrize("case", range(len(_HAND_WRITTEN)))
 def test_hand_written_captions(case):
   (fig, rel, anchor), expected = _HAND_WRITTEN[case]
-  d = S.canonical(anchor, [(fig, rel)])
-  assert set(expected) == set(S.LANGUAGES)
+  d = scenes.canonical(anchor, [(fig, rel)])
+  assert set(expected) == set(grammars.LANGUAGES)
   for lang, texts in expected.items():
-    options = S.all_captions(d, lang)
+    options = grammars.all_captions(d, lang)
     for text in texts:
       assert text in options, (lang, text, options)
 
 
 def test_hand_written_one_and_three_object_captions():
-  one = S.Description((O("cross", "orange", "large"),), ())
-  assert S.all_captions(one, "de") == ["ein großes orangefarbenes Kreuz", "Zu sehen ist ein großes orangefarbenes Kreuz."]
-  assert S.all_captions(one, "fr")[0] == "une grande croix orange"
-  assert S.all_captions(one, "sw")[0] == "msalaba mkubwa wa rangi ya machungwa"
-  three = S.canonical(_SQUARE_BLUE_L, [(_CIRCLE_RED_S, "left"), (_STAR_GREEN_S, "above")])
+  one = scenes.Description((O("cross", "orange", "large"),), ())
+  assert grammars.all_captions(one, "de") == ["ein großes orangefarbenes Kreuz",
+                                              "Zu sehen ist ein großes orangefarbenes Kreuz."]
+  assert grammars.all_captions(one, "fr")[0] == "une grande croix orange"
+  assert grammars.all_captions(one, "sw")[0] == "msalaba mkubwa wa rangi ya machungwa"
+  three = scenes.canonical(_SQUARE_BLUE_L, [(_CIRCLE_RED_S, "left"), (_STAR_GREEN_S, "above")])
   expected = {
       "en": "a small red circle to the left of a large blue square, and a small green star above the large blue square",
       "de": "ein kleiner roter Kreis links von einem großen blauen Quadrat und ein kleiner grüner Stern "
@@ -162,7 +167,7 @@ def test_hand_written_one_and_three_object_captions():
       "am": "ከትልቅ ሰማያዊ ካሬ በስተግራ ትንሽ ቀይ ክብ አለ፤ ከትልቅ ሰማያዊ ካሬ በላይ ደግሞ ትንሽ አረንጓዴ ኮከብ አለ።",
   }
   for lang, text in expected.items():
-    assert text in S.all_captions(three, lang), (lang, S.all_captions(three, lang))
+    assert text in grammars.all_captions(three, lang), (lang, grammars.all_captions(three, lang))
 
 
 # ---- Determinism, splits, counts -------------------------------------------
@@ -187,12 +192,13 @@ def test_train_never_sees_heldout_descriptions():
   train += [S.text_pair_example(st, "train", i)[0] for i in range(1500)]
   heldout = set(S.eval_descriptions(st))
   assert not heldout & set(train)
-  assert not any(S.is_heldout(d, st.heldout_fraction) for d in train)
-  assert all(S.is_heldout(d, st.heldout_fraction) for d in heldout)
+  assert not any(scenes.is_heldout(d, st.heldout_fraction) for d in train)
+  assert all(scenes.is_heldout(d, st.heldout_fraction) for d in heldout)
   # The split is real where it matters: one-object scenes are few (96), train
   # covers nearly all of its own, and none of the held-out ones.
-  singles = [S.Description((O(s, c, z),), ()) for s in S.SHAPES for c in S.COLOURS for z in S.SIZES]
-  held = {d for d in singles if S.is_heldout(d, st.heldout_fraction)}
+  singles = [scenes.Description((O(s, c, z),), ())
+             for s in scenes.SHAPES for c in scenes.COLOURS for z in scenes.SIZES]
+  held = {d for d in singles if scenes.is_heldout(d, st.heldout_fraction)}
   assert 3 <= len(held) <= 25
   seen = {d for d in train if len(d.objects) == 1}
   assert len(seen) >= 0.9 * (len(singles) - len(held)) and not seen & held
@@ -209,13 +215,13 @@ def test_eval_descriptions_are_unique_and_complete():
     assert len(ev.captions) == 2 * n and ev.text_to_image.dtype == np.int32
     np.testing.assert_array_equal(np.bincount(ev.text_to_image), np.full(n, 2))
     for text, k in zip(ev.captions, ev.text_to_image):
-      assert text in S.all_captions(data.descriptions[k], lang)
+      assert text in grammars.all_captions(data.descriptions[k], lang)
   assert sorted(data.translations) == sorted(f"en-{l}" for l in cfg.data.synthetic.languages if l != "en")
   for pairs in data.translations.values():
     assert len(pairs.left) == len(pairs.right) == n
     for k, (left, right) in enumerate(zip(pairs.left, pairs.right)):
-      assert left in S.all_captions(data.descriptions[k], pairs.left_lang)
-      assert right in S.all_captions(data.descriptions[k], pairs.right_lang)
+      assert left in grammars.all_captions(data.descriptions[k], pairs.left_lang)
+      assert right in grammars.all_captions(data.descriptions[k], pairs.right_lang)
 
 
 def _take(ds):
@@ -258,14 +264,14 @@ def test_text_only_source_is_the_same_records_without_images():
 
 def test_translation_pairs_describe_one_scene():
   cfg = _config(size=8, translation_pairs=30)
-  st = S.Settings.from_config(cfg)
+  st = settings_lib.Settings.from_config(cfg)
   rows = _take(S.text_pair_source(cfg, "train", 0, 1))
   assert len(rows) == 30 * (len(st.languages) - 1)
   for i, row in enumerate(rows[:60]):
     d, left, right, a, b = S.text_pair_example(st, "train", i)
     assert (row["left"].decode(), row["right"].decode(), row["left_lang"].decode(), row["right_lang"].decode()) \
         == (left, right, a, b)
-    assert left in S.all_captions(d, a) and right in S.all_captions(d, b)
+    assert left in grammars.all_captions(d, a) and right in grammars.all_captions(d, b)
 
 
 def test_comparable_pairs_describe_parts_of_one_scene_independently():
@@ -278,8 +284,9 @@ def test_comparable_pairs_describe_parts_of_one_scene_independently():
     sides = []
     for text, lang in ((left, a), (right, b)):
       # Each caption says the whole scene or one of its parts, never a held-out description.
-      said = [v for v in S.views(d, comparable.heldout_fraction) if text in S.all_captions(v, lang)]
-      assert len(said) == 1 and not S.is_heldout(said[0], comparable.heldout_fraction), (d, text)
+      said = [v for v in scenes.views(d, comparable.heldout_fraction)
+              if text in grammars.all_captions(v, lang)]
+      assert len(said) == 1 and not scenes.is_heldout(said[0], comparable.heldout_fraction), (d, text)
       assert d.objects[0] in said[0].objects  # The anchor, always.
       sides.append(said[0])
     partial += sum(v != d for v in sides)
@@ -288,17 +295,18 @@ def test_comparable_pairs_describe_parts_of_one_scene_independently():
   # three, so the sides differ in 0.4 / 2 + 0.4 * 2 / 3 = 47% of pairs, with 0.93 parts per pair.
   assert 0.4 * n < differ < 0.55 * n and 0.8 * n < partial < 1.06 * n, (differ, partial)
   # Parts of scenes: the anchor with one figure, or the anchor alone.
-  d = S.Description((O("circle", "red", "small"), O("star", "blue", "large"), O("heart", "white", "small")),
-                    ("left", "above"))
-  assert set(S.views(d, 0.01)) <= {d, S.canonical(d.objects[0], [(d.objects[1], "left")]),
-                                   S.canonical(d.objects[0], [(d.objects[2], "above")])}
-  assert S.views(S.Description((d.objects[0],), ()), 0.01) == [S.Description((d.objects[0],), ())]
-  two = S.canonical(d.objects[0], [(d.objects[1], "left")])
-  assert S.views(two, 0.01) in ([two, S.Description(two.objects[:1], ())], [two])
+  d = scenes.Description((O("circle", "red", "small"), O("star", "blue", "large"), O("heart", "white", "small")),
+                         ("left", "above"))
+  assert set(scenes.views(d, 0.01)) <= {d, scenes.canonical(d.objects[0], [(d.objects[1], "left")]),
+                                        scenes.canonical(d.objects[0], [(d.objects[2], "above")])}
+  alone = scenes.Description((d.objects[0],), ())
+  assert scenes.views(alone, 0.01) == [alone]
+  two = scenes.canonical(d.objects[0], [(d.objects[1], "left")])
+  assert scenes.views(two, 0.01) in ([two, scenes.Description(two.objects[:1], ())], [two])
   # The eval pairs stay aligned: one whole description on both sides.
   for i in range(20):
     d, left, right, a, b = S.text_pair_example(comparable, "eval", i)
-    assert left in S.all_captions(d, a) and right in S.all_captions(d, b)
+    assert left in grammars.all_captions(d, a) and right in grammars.all_captions(d, b)
 
 
 def test_sharding_is_disjoint_and_covers_everything_and_resumes():
@@ -360,12 +368,13 @@ def test_pixels_show_the_described_objects():
   size = 64
   large, small = [], []
   for seed, d in enumerate(_random_descriptions(120, seed=4)):
-    image, centres, radii = S.render(d, size, np.random.default_rng(seed), with_layout=True)
+    image, centres, radii = rendering.render(d, size, np.random.default_rng(seed), with_layout=True)
     assert image.shape == (size, size, 3) and image.dtype == np.uint8
     for obj, (cx, cy), r in zip(d.objects, centres, radii):
       assert 0 <= cx - r and cx + r <= size and 0 <= cy - r and cy + r <= size
       pixel = image[int(cy), int(cx)].astype(int)
-      assert np.abs(pixel - S.COLOUR_RGB[obj.colour]).max() <= S._COLOUR_JITTER + 2, (obj, pixel)
+      jitter = rendering._COLOUR_JITTER
+      assert np.abs(pixel - rendering.COLOUR_RGB[obj.colour]).max() <= jitter + 2, (obj, pixel)
       (large if obj.size == "large" else small).append(r)
     for k, rel in enumerate(d.relations, start=1):
       dx, dy = centres[k] - centres[0]
@@ -374,7 +383,7 @@ def test_pixels_show_the_described_objects():
   assert min(large) > 1.3 * max(small)
 
 
-# Shape areas in radius^2 units, from their geometry in synthetic._sdf.
+# Shape areas in radius^2 units, from their geometry in synthetic_render._sdf.
 _AREAS = {
     "circle": np.pi,
     "square": (2 * 0.82) ** 2,
@@ -384,15 +393,15 @@ _AREAS = {
 }
 
 
-@pytest.mark.parametrize("shape", S.SHAPES)
+@pytest.mark.parametrize("shape", scenes.SHAPES)
 def test_shape_coverage_matches_geometry(shape):
   """Same rng, two colours: the difference image is the object's antialiased coverage."""
   images = []
   for colour in ("red", "blue"):
-    d = S.Description((O(shape, colour, "large"),), ())
-    image, (centre,), (r,) = S.render(d, 64, np.random.default_rng(7), with_layout=True)
+    d = scenes.Description((O(shape, colour, "large"),), ())
+    image, (centre,), (r,) = rendering.render(d, 64, np.random.default_rng(7), with_layout=True)
     images.append(image.astype(float))
-  diff = np.subtract(S.COLOUR_RGB["red"], S.COLOUR_RGB["blue"])
+  diff = np.subtract(rendering.COLOUR_RGB["red"], rendering.COLOUR_RGB["blue"])
   coverage = (images[0] - images[1]) @ diff / (diff @ diff)
   assert coverage.min() > -0.02 and coverage.max() < 1.02
   assert coverage[int(centre[1]), int(centre[0])] > 0.98
@@ -421,4 +430,4 @@ def test_bad_config_names_the_field(field, value, match):
   cfg = _config()
   cfg.data.synthetic[field] = value
   with pytest.raises(config_lib.ConfigError, match=match):
-    S.Settings.from_config(cfg)
+    settings_lib.Settings.from_config(cfg)

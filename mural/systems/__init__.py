@@ -11,7 +11,7 @@ from typing import Optional
 import ml_collections
 
 from mural import config_lib
-from mural.data import synthetic
+from mural.data import synthetic_settings
 from mural.systems import align
 from mural.systems import kadar
 from mural.systems import globetrotter
@@ -42,7 +42,7 @@ def validate(config) -> None:
   """Every check of a config's values that needs neither JAX nor TensorFlow (a mistake is one
   line in under a second): config_lib's, then the built-in data's section (NumPy only)."""
   config_lib.validate(config)
-  synthetic.Settings.from_config(config)
+  synthetic_settings.Settings.from_config(config)
 
 
 def _check_fields(config, defaults, name: str):
