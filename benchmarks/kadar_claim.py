@@ -29,7 +29,7 @@ without c2c); cs multi > mono-cs (a low-resource language gains from the
 high-resource ones); multi > multi-c2c (c2c helps; the paper found it
 helps most with comparable captions: --caption_pairs=comparable makes the
 two sides of each training pair independent descriptions of the scene or of
-a part of it, mural/data/synthetic.py `views`). One shared union
+a part of it, mural/data/synthetic_scenes.py `views`). One shared union
 vocabulary is learned first (its words from all four languages), so every
 model reads the same ids. Validation is the held-out eval split itself (the
 built-in data has no third split), the same for every model.

@@ -158,7 +158,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.synthetic.withhold_parallel_text = False
   # "translations": both captions of a training pair describe the whole scene (Multi30K's
   # translation portion); "comparable": each side independently describes the whole scene or
-  # a part of it that keeps its anchor object (synthetic.views), as independently written
+  # a part of it that keeps its anchor object (synthetic_scenes.views), as independently written
   # captions of one image differ (Multi30K's comparable portion; Kádár et al. 2018, 5.2).
   c.data.synthetic.caption_pairs = "translations"
   c.data.synthetic.heldout_fraction = 0.1  # Descriptions (by hash) never used in training.
