@@ -458,7 +458,7 @@ def test_multi30k_eval_translations_beside_the_eval_source(tok, multi30k_dir):
     np.testing.assert_array_equal(ids, want[0].numpy())
     np.testing.assert_array_equal(mask, want[1].numpy())
   for fields, message in ((dict(max_pairs=-1), "eval_translations.max_pairs: must be an int >= 0"),
-                          (dict(name="wmt"), r"eval_translations.name: 'wmt' not in \['multi30k'\]"),
+                          (dict(name="wmt"), r"eval_translations.name: 'wmt' not in \['multi30k', 'records'\]"),
                           (dict(lines=3), r"eval_translations \('multi30k'\): unknown field\(s\) \['lines'\]"),
                           (dict(split="test_2017_flickr"), "has no 'cs' captions")):
     c.data.eval_translations = dict(dict(name="multi30k", path=multi30k_dir), **fields)
@@ -467,6 +467,60 @@ def test_multi30k_eval_translations_beside_the_eval_source(tok, multi30k_dir):
   c.data.eval_translations = dict(name="multi30k", path=multi30k_dir)
   c.data.languages = ("en", "ja")
   with pytest.raises(ValueError, match="hold fewer than two"):
+    eval_data.build_eval_sets(c, tok)
+
+
+def test_held_out_records_in_any_training_format_are_eval_sets(tok, tmp_path, caplog):
+  """eval_source 'records': a training source's records; one image per distinct image bytes, its
+  captions per language in record order; other languages and empty captions skipped and counted;
+  eval_translations 'records': a set per language pair of a pairs file."""
+  records = [_example(_jpeg(0), "cap 0", "en"), _example(_jpeg(1), "cap 1", "EN "), _example(_jpeg(0), "cap 2", "de"),
+             _example(_jpeg(2), "cap 3", "fr"), _example(_jpeg(1), " ", "en"), _example(_jpeg(2), "cap 4", "de")]
+  files = _write(tmp_path / "heldout.tfrecord", records)
+  c = _synthetic_config()
+  c.data.languages = ("en", "de", "sw")
+  c.data.eval_source = dict(name="records", source=dict(name="tfrecord", files=files))
+  (tmp_path / "pairs.tsv").write_text("left\tright\tleft_lang\tright_lang\ncap 5\tcap 6\ten\tde\n"
+                                      "cap 7\tcap 8\tde\tsw\ncap 9\tcap 10\ten\tde\ncap 11\tcap 12\ten\tja\n")
+  c.data.eval_translations = dict(name="records", source=dict(name="pairs_tsv", files=str(tmp_path / "pairs.tsv")))
+  with caplog.at_level("INFO"):
+    sets, translations = eval_data.build_eval_sets(c, tok)
+  want_images = eval_data.eval_images([tf.io.decode_jpeg(_jpeg(n)).numpy() for n in (0, 1, 2)], c.data)
+  assert [s.name for s in sets] == ["en", "de"]
+  for s, numbers, images in ((sets[0], [0, 1], [0, 1]), (sets[1], [2, 4], [0, 2])):
+    np.testing.assert_array_equal(s.images, want_images)
+    assert list(_numbers(s.text_ids)) == numbers and list(s.text_to_image) == images
+  log = caplog.text
+  assert "3 images" in log and "'unknown_language': 1" in log and "'empty_text': 1" in log and "'fr': 1" in log
+  assert "no caption in ['sw']" in log
+  assert [t.name for t in translations] == ["pairs:de-sw", "pairs:en-de"]
+  assert list(_numbers(translations[1].left_ids)) == [5, 9] and list(_numbers(translations[1].right_ids)) == [6, 10]
+  assert list(_numbers(translations[0].left_ids)) == [7] and list(_numbers(translations[0].right_ids)) == [8]
+  c.data.eval_source = dict(name="records", source=dict(name="tfrecord", files=files), max_images=2)
+  sets, _ = eval_data.build_eval_sets(c, tok)
+  assert sets[0].images.shape[0] == 2 and list(_numbers(sets[1].text_ids)) == [2]  # Image 2's caption dropped.
+
+
+def test_held_out_records_that_cannot_make_an_eval_set_are_one_line(tok, tmp_path):
+  c = _synthetic_config()
+  c.data.languages = ("en", "de")
+  only_fr = _write(tmp_path / "fr.tfrecord", [_example(_jpeg(0), "cap 0", "fr")])
+  broken = _write(tmp_path / "broken.tfrecord", [_good(0), _example(b"not an image", "cap 1", "en")])
+  for source, message in (
+      (None, r"eval_source.source: a data source's dict"),
+      (dict(name="tfrecord", files=only_fr), r"no record of 'tfrecord' has a caption in config.data.languages "
+                                             r"\['en', 'de'\] \(languages seen: \['fr'\]\)"),
+      (dict(name="tfrecord", files=broken), r"record 1 of 'tfrecord': its image cannot be decoded"),
+      (dict(name="synthetic"), "is endless"),
+      (dict(name="tfrecord", files=str(tmp_path / "none-*.tfrecord")), "no file matches")):
+    c.data.eval_source = dict(name="records", source=source)
+    with pytest.raises(ValueError, match=message):
+      eval_data.build_eval_sets(c, tok)
+  c.data.eval_source = dict(name="synthetic")
+  (tmp_path / "ja.tsv").write_text("cap 1\tcap 2\ten\tja\n")
+  c.data.eval_translations = dict(name="records", source=dict(name="pairs_tsv", files=str(tmp_path / "ja.tsv")))
+  with pytest.raises(ValueError, match=r"no pair of 'pairs_tsv' is between two languages .* \(languages seen "
+                                       r"outside them: \['ja'\]\)"):
     eval_data.build_eval_sets(c, tok)
 
 

@@ -8,28 +8,44 @@ from config.data.eval_source (a dict; 'name' picks the builder in EVAL_SOURCES):
   'flickr8k': real photos of a Flickr8k split (fields: split 'dev', path
       None, caption_sources None, max_images 0 = all) with their captions per
       language; no translation sets (its languages are not line-aligned).
+  'records': the user's held-out image-text records, in any format training reads
+      (fields: source, an image-text source's dict as in config.tasks.*.sources, e.g.
+      dict(name='tfrecord', files='/data/heldout-*.tfrecord'); split 'eval', the
+      '{split}' of its file globs or a TFDS split; max_images 0 = all). Records
+      with the same image bytes are one image with several captions; a record in
+      a language outside data.languages, or with an empty caption, is skipped
+      and counted in one log line.
 and, from config.data.eval_translations ('name' in EVAL_TRANSLATIONS; '' for none), more
 translation sets:
   'multi30k': Multi30k task 1's line-aligned captions of a split (fields: split
       'test_2016_flickr', path None, max_pairs 0 = all), a set per pair of
       config.data.languages among en, de, fr, cs (test_2017_* have no cs), named
       'multi30k:en-de' and so on (beside the eval source's own 'en-de').
+  'records': the user's held-out text pairs, in any format training reads (fields:
+      source, a text-pair source's dict, e.g. dict(name='pairs_tsv',
+      files='/data/heldout_pairs.tsv'); split 'eval'; max_pairs 0 = all, per
+      language pair; label 'pairs'), a set per language pair found, named
+      'pairs:en-de' and so on.
 Only languages in config.data.languages get an EvalSet. Images go through the
 eval preprocessing (short side to data.eval_resize, central data.image_size
 crop, [-1, 1]); an eval image that cannot be decoded is an error naming it,
 since an incomplete eval set would change the metric silently.
 """
 
+import collections
 import dataclasses
+import hashlib
 import itertools
-from typing import List, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from mural.data import flickr8k
 from mural.data import multi30k
 from mural.data import preprocess
+from mural.data import sources
 from mural.data import synthetic
 
 
@@ -163,12 +179,128 @@ def multi30k_translation_sets(config, tokenizer) -> List[TranslationEvalSet]:
   return [TranslationEvalSet(f"multi30k:{a}-{b}", *tokens[a], *tokens[b]) for a, b in itertools.combinations(languages, 2)]
 
 
+def _count(field: str, value, name: str) -> int:
+  if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+    raise ValueError(f"config.data.{field}.{name}: must be an int >= 0 (0: all), got {value!r}")
+  return value
+
+
+def _finite_records(field: str, cfg: dict, open_source, config) -> tf.data.Dataset:
+  """The records of `cfg['source']` (a training source's dict), read once, in order."""
+  source = cfg["source"]
+  source = source.to_dict() if hasattr(source, "to_dict") else dict(source or {})
+  if not source.get("name"):
+    raise ValueError(f"config.data.{field}.source: a data source's dict, as in config.tasks.*.sources "
+                     "(e.g. dict(name='tfrecord', files='/data/heldout-*.tfrecord'))")
+  ds = open_source(source, cfg["split"], 0, 1, config=config)
+  if not isinstance(ds, tf.data.Dataset):
+    raise ValueError(f"config.data.{field}.source: {source['name']!r} is endless; the built-in data "
+                     "is evaluated by eval_source 'synthetic'")
+  return ds
+
+
+def _language(raw: bytes) -> str:
+  return raw.decode("utf-8", "replace").strip().lower()  # As the training input reads it.
+
+
+def records_eval_sets(config, tokenizer) -> Tuple[List[EvalSet], List[TranslationEvalSet]]:
+  """'records' (the module docstring): one EvalSet per language of data.languages with captions."""
+  cfg = _source_fields(config.data.eval_source, dict(source=None, split="eval", max_images=0))
+  max_images = _count("eval_source", cfg["max_images"], "max_images")
+  languages = list(config.data.languages)
+  images: List[np.ndarray] = []
+  image_of: Dict[bytes, int] = {}
+  captions = {lang: [] for lang in languages}
+  caption_image = {lang: [] for lang in languages}
+  skipped, other_languages = collections.Counter(), collections.Counter()
+  for n, record in enumerate(_finite_records("eval_source", cfg, sources.image_text_source, config)
+                             .as_numpy_iterator()):
+    lang, caption = _language(record["lang"]), record["caption"].decode("utf-8", "replace").strip()
+    if lang not in captions:
+      skipped["unknown_language"] += 1
+      other_languages[lang] += 1
+      continue
+    if not caption:
+      skipped["empty_text"] += 1
+      continue
+    key = hashlib.sha256(record["image"]).digest()
+    if key not in image_of:
+      if max_images and len(images) == max_images:
+        skipped["beyond_max_images"] += 1
+        continue
+      data = tf.constant(record["image"])
+      try:
+        if not bool(preprocess.is_encoded_image(data)):
+          raise ValueError("not a JPEG/PNG image")
+        images.append(preprocess.decode(data).numpy())
+      except (tf.errors.OpError, ValueError) as e:
+        raise ValueError(f"config.data.eval_source: record {n} of {cfg['source']['name']!r}: its image "
+                         f"cannot be decoded ({str(e).splitlines()[0]}); an eval set must be whole") from None
+      image_of[key] = len(images) - 1
+    captions[lang].append(caption)
+    caption_image[lang].append(image_of[key])
+  found = {lang: len(c) for lang, c in captions.items() if c}
+  if not found:
+    raise ValueError(f"config.data.eval_source: no record of {cfg['source']['name']!r} has a caption in "
+                     f"config.data.languages {languages} (languages seen: {sorted(other_languages) or 'none'})")
+  logging.info("Eval set 'records': %d images; captions per language %s; skipped %s%s.", len(images), found,
+               dict(skipped) or "none",
+               f" (languages not in data.languages: {dict(other_languages)})" if other_languages else "")
+  missing = [lang for lang in languages if lang not in found]
+  if missing:
+    logging.warning("Eval set 'records' has no caption in %s: no image-text scores for %s.", missing,
+                    "it" if len(missing) == 1 else "them")
+  pixels = eval_images(images, config.data)
+  sets = []
+  for lang in found:
+    ids, mask = _tokenize(tokenizer, captions[lang], languages.index(lang))
+    sets.append(EvalSet(lang, pixels, ids, mask, np.asarray(caption_image[lang], np.int32)))
+  return sets, []
+
+
+def records_translation_sets(config, tokenizer) -> List[TranslationEvalSet]:
+  """'records' (the module docstring): one TranslationEvalSet per language pair found."""
+  cfg = _source_fields(config.data.eval_translations, dict(source=None, split="eval", max_pairs=0,
+                                                           label="pairs"), "eval_translations")
+  max_pairs = _count("eval_translations", cfg["max_pairs"], "max_pairs")
+  languages = list(config.data.languages)
+  pairs = collections.defaultdict(list)
+  skipped, other_languages = collections.Counter(), collections.Counter()
+  for record in _finite_records("eval_translations", cfg, sources.text_pair_source, config).as_numpy_iterator():
+    a, b = _language(record["left_lang"]), _language(record["right_lang"])
+    left = record["left"].decode("utf-8", "replace").strip()
+    right = record["right"].decode("utf-8", "replace").strip()
+    if a not in languages or b not in languages:
+      skipped["unknown_language"] += 1
+      other_languages.update(l for l in (a, b) if l not in languages)
+    elif not left or not right:
+      skipped["empty_text"] += 1
+    elif a == b:
+      skipped["same_language"] += 1
+    elif not max_pairs or len(pairs[a, b]) < max_pairs:
+      pairs[a, b].append((left, right))
+  if not pairs:
+    raise ValueError(f"config.data.eval_translations: no pair of {cfg['source']['name']!r} is between two "
+                     f"languages of config.data.languages {languages} (languages seen outside them: "
+                     f"{sorted(other_languages) or 'none'})")
+  logging.info("Translation eval sets %r: pairs per language pair %s; skipped %s.", cfg["label"],
+               {f"{a}-{b}": len(p) for (a, b), p in pairs.items()}, dict(skipped) or "none")
+  out = []
+  for (a, b), rows in sorted(pairs.items()):
+    left = _tokenize(tokenizer, [l for l, _ in rows], languages.index(a))
+    right = _tokenize(tokenizer, [r for _, r in rows], languages.index(b))
+    out.append(TranslationEvalSet(f"{cfg['label']}:{a}-{b}", *left, *right))
+  return out
+
+
 EVAL_SOURCES = {
     "synthetic": synthetic_eval_sets,
     "flickr8k": flickr8k_eval_sets,
+    "records": records_eval_sets,
 }
 EVAL_TRANSLATIONS = {
     "multi30k": multi30k_translation_sets,
+    "records": records_translation_sets,
 }
 
 
