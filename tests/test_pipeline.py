@@ -501,6 +501,41 @@ def test_held_out_records_in_any_training_format_are_eval_sets(tok, tmp_path, ca
   assert sets[0].images.shape[0] == 2 and list(_numbers(sets[1].text_ids)) == [2]  # Image 2's caption dropped.
 
 
+def test_a_held_out_fraction_of_one_file_splits_it_by_image_for_training_and_evaluation(tok, tmp_path):
+  """holdout=0.25 on a source: training (pipeline and vocabulary) reads the other side of a split by
+  the image's bytes, evaluation ('records' with the same source dict) the held-out side: disjoint,
+  whole, an image's captions on one side, the same split every time."""
+  from mural.data import records  # pylint: disable=g-import-not-at-top
+  from mural.data import sources  # pylint: disable=g-import-not-at-top
+  from mural.data import training_text  # pylint: disable=g-import-not-at-top
+  path = _write(tmp_path / "all.tfrecord", [_example(_jpeg(n % 60), f"cap {n}", "en") for n in range(120)])
+  source = dict(name="tfrecord", files=path, holdout=0.25)
+  ds = sources.image_text_source(source, "train")
+  sides = {}
+  for held_out in (True, False):
+    side = records.holdout_side(ds, "image", 0.25, held_out)
+    sides[held_out] = sorted(int(r["caption"].split()[1]) for r in side.as_numpy_iterator())
+    assert sides[held_out] == sorted(int(r["caption"].split()[1]) for r in side.as_numpy_iterator())
+  assert sorted(sides[True] + sides[False]) == list(range(120))
+  assert not {n % 60 for n in sides[True]} & {n % 60 for n in sides[False]}  # By image.
+  assert 5 <= len({n % 60 for n in sides[True]}) <= 25  # About a quarter of the 60 images.
+
+  c = _config([source], batch_size=4)
+  trained = [int(n) for b in _take(_iterator(c, tok, seed=0), 30) for n in _numbers(b["text_ids"])]
+  assert set(trained) == set(sides[False])  # 120 draws: an epoch of training's side, and no other.
+  task = system.active_tasks(systems.get(c), c)
+  texts = [r["caption"].decode() for _, r in training_text.training_records(c, task)]
+  assert sorted(int(t.split()[1]) for t in texts) == sides[False]
+  c.data.languages = ("en",)
+  c.data.eval_source = dict(name="records", source=source)
+  (evaluated,), _ = eval_data.build_eval_sets(c, tok)
+  assert sorted(_numbers(evaluated.text_ids)) == sides[True]
+  for bad in (1.0, -0.1, True, "0.1"):
+    c.tasks.i2t.sources = [dict(source, holdout=bad)]
+    with pytest.raises(ValueError, match=r"config.tasks.i2t.sources\[0\].holdout: the fraction"):
+      _iterator(c, tok, seed=0)
+
+
 def test_held_out_records_that_cannot_make_an_eval_set_are_one_line(tok, tmp_path):
   c = _synthetic_config()
   c.data.languages = ("en", "de")

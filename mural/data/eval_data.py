@@ -14,7 +14,9 @@ from config.data.eval_source (a dict; 'name' picks the builder in EVAL_SOURCES):
       '{split}' of its file globs or a TFDS split; max_images 0 = all). Records
       with the same image bytes are one image with several captions; a record in
       a language outside data.languages, or with an empty caption, is skipped
-      and counted in one log line.
+      and counted in one log line. With the source's `holdout` (a fraction, the
+      same source dict as training's), only its held-out records: the split a
+      run makes from one file (mural/data/records.py, HOLDOUT_BUCKETS).
 and, from config.data.eval_translations ('name' in EVAL_TRANSLATIONS; '' for none), more
 translation sets:
   'multi30k': Multi30k task 1's line-aligned captions of a split (fields: split
@@ -45,6 +47,7 @@ from absl import logging
 from mural.data import flickr8k
 from mural.data import multi30k
 from mural.data import preprocess
+from mural.data import records
 from mural.data import sources
 from mural.data import synthetic
 
@@ -185,18 +188,20 @@ def _count(field: str, value, name: str) -> int:
   return value
 
 
-def _finite_records(field: str, cfg: dict, open_source, config) -> tf.data.Dataset:
-  """The records of `cfg['source']` (a training source's dict), read once, in order."""
+def _finite_records(field: str, cfg: dict, open_source, config, has_image: bool) -> tf.data.Dataset:
+  """The records of `cfg['source']` (a training source's dict), read once, in order; with the
+  source's `holdout`, only its held-out records (the ones training skips: records.py)."""
   source = cfg["source"]
   source = source.to_dict() if hasattr(source, "to_dict") else dict(source or {})
   if not source.get("name"):
     raise ValueError(f"config.data.{field}.source: a data source's dict, as in config.tasks.*.sources "
                      "(e.g. dict(name='tfrecord', files='/data/heldout-*.tfrecord'))")
+  holdout = records.holdout_fraction(source, f"config.data.{field}.source")
   ds = open_source(source, cfg["split"], 0, 1, config=config)
   if not isinstance(ds, tf.data.Dataset):
     raise ValueError(f"config.data.{field}.source: {source['name']!r} is endless; the built-in data "
                      "is evaluated by eval_source 'synthetic'")
-  return ds
+  return records.holdout_side(ds, records.holdout_key(has_image), holdout, held_out=True) if holdout else ds
 
 
 def _language(raw: bytes) -> str:
@@ -213,7 +218,7 @@ def records_eval_sets(config, tokenizer) -> Tuple[List[EvalSet], List[Translatio
   captions = {lang: [] for lang in languages}
   caption_image = {lang: [] for lang in languages}
   skipped, other_languages = collections.Counter(), collections.Counter()
-  for n, record in enumerate(_finite_records("eval_source", cfg, sources.image_text_source, config)
+  for n, record in enumerate(_finite_records("eval_source", cfg, sources.image_text_source, config, True)
                              .as_numpy_iterator()):
     lang, caption = _language(record["lang"]), record["caption"].decode("utf-8", "replace").strip()
     if lang not in captions:
@@ -266,7 +271,7 @@ def records_translation_sets(config, tokenizer) -> List[TranslationEvalSet]:
   languages = list(config.data.languages)
   pairs = collections.defaultdict(list)
   skipped, other_languages = collections.Counter(), collections.Counter()
-  for record in _finite_records("eval_translations", cfg, sources.text_pair_source, config).as_numpy_iterator():
+  for record in _finite_records("eval_translations", cfg, sources.text_pair_source, config, False).as_numpy_iterator():
     a, b = _language(record["left_lang"]), _language(record["right_lang"])
     left = record["left"].decode("utf-8", "replace").strip()
     right = record["right"].decode("utf-8", "replace").strip()

@@ -470,7 +470,11 @@ def _open_sources(task, config, process_index, process_count) -> List[_Source]:
     if name not in kind.table:
       raise ValueError(f"{field}: unknown {kind.name} source {name!r}; known: {sorted(kind.table)}")
     opened = kind.table[name](sc, "train", process_index, process_count, config=config)
+    holdout = records.holdout_fraction(sc, field)
     raw = open_at = counts = None
+    if holdout and isinstance(opened, sources_lib.Endless):
+      raise ValueError(f"{field}.holdout: the {name!r} source has its own held-out data "
+                       "(eval_source 'synthetic')")
     if isinstance(opened, sources_lib.Endless):
       open_at, first = opened.open_at, opened.open_at(0)
       counts = np.zeros(kind.num_lang_keys(len(languages)), np.int64)
@@ -479,7 +483,7 @@ def _open_sources(task, config, process_index, process_count) -> List[_Source]:
         if key >= 0:
           counts[key] += n
     else:
-      raw = first = opened
+      raw = first = records.holdout_side(opened, records.holdout_key(kind.has_image), holdout, held_out=False)
     if next(iter(first.take(1)), None) is None:
       raise ValueError(f"{field} ({name!r}): no records on process {process_index} of {process_count}")
     acceptance = None

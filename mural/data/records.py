@@ -13,7 +13,7 @@ from mural import lazy_import
 tf = lazy_import.module("tensorflow")  # Its constants are read where TensorFlow is not needed (inputs.py).
 
 # Keys of a source config that the pipeline reads; every source accepts them.
-COMMON_FIELDS = ("name", "weight")
+COMMON_FIELDS = ("name", "weight", "holdout")
 
 # Why a record was skipped; a record gets the first reason that applies.
 SKIP_REASONS = ("unknown_language", "empty_text", "long_text", "missing_image",
@@ -34,6 +34,44 @@ def source_fields(source_config: Any, source: str, defaults: Mapping[str, Any]) 
   out = dict(defaults)
   out.update({k: v for k, v in cfg.items() if k not in COMMON_FIELDS})
   return out
+
+
+# A source's `holdout` (a fraction): its records whose key hashes into the first fraction of
+# HOLDOUT_BUCKETS are held out of training (the pipeline, the vocabulary) for evaluation
+# (eval_data's 'records' with the same source dict). The key is the image's bytes, so an image's
+# captions are all on one side, or a pair's left text, so a sentence's translations are; the hash
+# (Fingerprint64) is the same on every machine and run, so a resumed run splits as the first did.
+HOLDOUT_BUCKETS = 1_000_000
+
+
+def holdout_fraction(source_config: Any, where: str) -> float:
+  """The source's `holdout` field (0.0 when absent); a ValueError naming `where` when it is not a
+  fraction in [0, 1)."""
+  if hasattr(source_config, "to_dict"):
+    source_config = source_config.to_dict()
+  value = dict(source_config or {}).get("holdout", 0.0)
+  if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+    raise ValueError(f"{where}.holdout: the fraction of the source's records held out for evaluation, "
+                     f"in [0, 1) (0: none), got {value!r}")
+  return float(value)
+
+
+def holdout_key(has_image: bool) -> str:
+  return "image" if has_image else "left"
+
+
+def holdout_side(ds: "tf.data.Dataset", key: str, fraction: float, held_out: bool) -> "tf.data.Dataset":
+  """The records of `ds` on one side of the source's held-out split (see HOLDOUT_BUCKETS):
+  the held-out ones, or the training ones; `ds` itself when fraction is 0 and training is asked."""
+  if not fraction and not held_out:
+    return ds
+  threshold = int(round(fraction * HOLDOUT_BUCKETS))
+
+  def side(record):
+    bucket = tf.strings.to_hash_bucket_fast(record[key], HOLDOUT_BUCKETS)
+    return tf.less(bucket, threshold) if held_out else tf.greater_equal(bucket, threshold)
+
+  return ds.filter(side)
 
 
 def run_options(data_config) -> "tf.data.Options":

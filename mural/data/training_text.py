@@ -35,6 +35,9 @@ def training_records(config, tasks: Sequence) -> Iterator[tuple]:
       ds = task.input.table[sc["name"]](dict(sc), "train", 0, 1, config=config)
       if isinstance(ds, sources.Endless):
         ds = (ds.open_text_at or ds.open_at)(0)
+      else:  # The vocabulary reads no held-out text either.
+        ds = records.holdout_side(ds, records.holdout_key(task.input.has_image),
+                                  records.holdout_fraction(sc, f"config.tasks.{task.name}.sources"), held_out=False)
       texts = ds.take(RECORDS_PER_SOURCE).map(lambda r: {f: r[f] for f in fields}).batch(_READ_BATCH)
       texts = texts.with_options(records.run_options(config.data))  # Its deletion need not wait.
       for batch in texts.as_numpy_iterator():
