@@ -26,8 +26,9 @@ import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-# `recorded.py` reads a workdir's record: it is not a config of its own.
-NOT_STARTABLE = ("recorded",)
+# `recorded.py` reads a workdir's record and `custom.py` a user's data folder: neither is a config
+# of its own.
+NOT_STARTABLE = ("custom", "recorded")
 # Configs at the papers' sizes, which a 2-core machine cannot start as shipped (batches of 128-4096
 # at 112-800 px): their own towers and tasks at a batch and image size that fit.
 PAPER_SIZE = ("align_base", "align_l2", "globetrotter", "kadar", "mule", "mural_base", "mural_large",

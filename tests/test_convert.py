@@ -350,3 +350,38 @@ def test_cli(tmp_path):
   assert [c for c, _, _ in _read_back(str(out))] == ["Long"]
   r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)  # A complete output is kept.
   assert r.returncode == 2 and "already holds 1" in r.stderr and "--overwrite" in r.stderr
+
+
+def test_the_custom_template_reads_the_converters_folder(tmp_path):
+  """configs/custom.py:FOLDER: languages from the converter's stats (most records first), training
+  on train-*.tfrecord, evaluation on heldout-*.tfrecord or else on 5% of train held out by image,
+  the text-text task on pairs.tsv when there is one (else ALIGN)."""
+  from mural import config_lib  # pylint: disable=g-import-not-at-top
+  from mural import systems  # pylint: disable=g-import-not-at-top
+  from conftest import ROOT  # pylint: disable=g-import-not-at-top
+  template = ROOT / "configs" / "custom.py"
+  for n in range(3):
+    (tmp_path / f"{n}.png").write_bytes(_save(Image.fromarray(_smooth(8, 8, n)), "PNG"))
+  rows = tmp_path / "rows.tsv"
+  rows.write_text("".join(f"{n}.png\tcap {n}\ten\n{n}.png\tKappe {n}\tde\n" for n in range(3))
+                  + "0.png\tcap\ten\n", encoding="utf-8")
+  folder = tmp_path / "mine"
+  convert.convert(str(rows), str(folder), 1, prefix="train")
+  c = config_lib.from_file(f"{template}:{folder}")
+  systems.validate(c)
+  train = dict(name="tfrecord", files=str(folder / "train-*.tfrecord"), holdout=0.05)
+  assert tuple(c.data.languages) == ("en", "de") and [dict(s) for s in c.tasks.i2t.sources] == [train]
+  assert c.data.eval_source.to_dict() == dict(name="records", source=train)
+  assert c.tasks.t2t.weight == 0 and not c.tasks.t2t.sources and c.data.eval_translations.name == ""
+  convert.convert(str(rows), str(folder), 1, prefix="heldout")
+  (folder / "pairs.tsv").write_text("cap 1\tKappe 1\ten\tde\n")
+  c = config_lib.from_file(f"{template}:{folder}")
+  assert c.data.eval_source.source.to_dict() == dict(name="tfrecord", files=str(folder / "heldout-*.tfrecord"))
+  assert [dict(s) for s in c.tasks.i2t.sources] == [dict(name="tfrecord", files=str(folder / "train-*.tfrecord"))]
+  pairs = dict(name="pairs_tsv", files=str(folder / "pairs.tsv"), holdout=0.05)
+  assert [dict(s) for s in c.tasks.t2t.sources] == [pairs] and c.tasks.t2t.weight > 0
+  assert c.data.eval_translations.to_dict() == dict(name="records", source=pairs)
+  with pytest.raises(config_lib.ConfigError, match="your data folder goes after ':'"):
+    config_lib.from_file(template)
+  with pytest.raises(config_lib.ConfigError, match=r"train.stats.json does not exist: convert"):
+    config_lib.from_file(f"{template}:{tmp_path}")

@@ -547,7 +547,8 @@ def test_held_out_records_that_cannot_make_an_eval_set_are_one_line(tok, tmp_pat
                                              r"\['en', 'de'\] \(languages seen: \['fr'\]\)"),
       (dict(name="tfrecord", files=broken), r"record 1 of 'tfrecord': its image cannot be decoded"),
       (dict(name="synthetic"), "is endless"),
-      (dict(name="tfrecord", files=str(tmp_path / "none-*.tfrecord")), "no file matches")):
+      (dict(name="tfrecord", files=str(tmp_path / "none-*.tfrecord")), "no file matches"),
+      (dict(name="tfrecord", files=only_fr, holdout=0.01), r"'tfrecord' has no record in its held-out 0.01 \(too few")):
     c.data.eval_source = dict(name="records", source=source)
     with pytest.raises(ValueError, match=message):
       eval_data.build_eval_sets(c, tok)

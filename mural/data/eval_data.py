@@ -204,6 +204,16 @@ def _finite_records(field: str, cfg: dict, open_source, config, has_image: bool)
   return records.holdout_side(ds, records.holdout_key(has_image), holdout, held_out=True) if holdout else ds
 
 
+def _no_records(count: int, cfg: dict, field: str = "eval_source") -> None:
+  """A ValueError when the source gave no record at all (an empty held-out side says so)."""
+  if count:
+    return
+  holdout = dict(cfg["source"]).get("holdout", 0)
+  raise ValueError(f"config.data.{field}: {cfg['source']['name']!r} has no record" + (
+      f" in its held-out {holdout:g} (too few records to hold any out: raise holdout, or give a held-out "
+      "file)" if holdout else ""))
+
+
 def _language(raw: bytes) -> str:
   return raw.decode("utf-8", "replace").strip().lower()  # As the training input reads it.
 
@@ -217,7 +227,7 @@ def records_eval_sets(config, tokenizer) -> Tuple[List[EvalSet], List[Translatio
   image_of: Dict[bytes, int] = {}
   captions = {lang: [] for lang in languages}
   caption_image = {lang: [] for lang in languages}
-  skipped, other_languages = collections.Counter(), collections.Counter()
+  skipped, other_languages, n = collections.Counter(), collections.Counter(), -1
   for n, record in enumerate(_finite_records("eval_source", cfg, sources.image_text_source, config, True)
                              .as_numpy_iterator()):
     lang, caption = _language(record["lang"]), record["caption"].decode("utf-8", "replace").strip()
@@ -245,6 +255,7 @@ def records_eval_sets(config, tokenizer) -> Tuple[List[EvalSet], List[Translatio
     captions[lang].append(caption)
     caption_image[lang].append(image_of[key])
   found = {lang: len(c) for lang, c in captions.items() if c}
+  _no_records(n + 1, cfg)
   if not found:
     raise ValueError(f"config.data.eval_source: no record of {cfg['source']['name']!r} has a caption in "
                      f"config.data.languages {languages} (languages seen: {sorted(other_languages) or 'none'})")
@@ -270,8 +281,9 @@ def records_translation_sets(config, tokenizer) -> List[TranslationEvalSet]:
   max_pairs = _count("eval_translations", cfg["max_pairs"], "max_pairs")
   languages = list(config.data.languages)
   pairs = collections.defaultdict(list)
-  skipped, other_languages = collections.Counter(), collections.Counter()
-  for record in _finite_records("eval_translations", cfg, sources.text_pair_source, config, False).as_numpy_iterator():
+  skipped, other_languages, n = collections.Counter(), collections.Counter(), 0
+  pair_records = _finite_records("eval_translations", cfg, sources.text_pair_source, config, False)
+  for n, record in enumerate(pair_records.as_numpy_iterator(), 1):
     a, b = _language(record["left_lang"]), _language(record["right_lang"])
     left = record["left"].decode("utf-8", "replace").strip()
     right = record["right"].decode("utf-8", "replace").strip()
@@ -284,6 +296,7 @@ def records_translation_sets(config, tokenizer) -> List[TranslationEvalSet]:
       skipped["same_language"] += 1
     elif not max_pairs or len(pairs[a, b]) < max_pairs:
       pairs[a, b].append((left, right))
+  _no_records(n, cfg, "eval_translations")
   if not pairs:
     raise ValueError(f"config.data.eval_translations: no pair of {cfg['source']['name']!r} is between two "
                      f"languages of config.data.languages {languages} (languages seen outside them: "
