@@ -16,10 +16,11 @@ from typing import Iterator, Optional
 
 from etils import epath
 
-# errno 28 (ENOSPC) and 122 (EDQUOT) as the C++ libraries word them in their messages.
+# ENOSPC and EDQUOT, and how the C++ libraries word them in their messages (strerror's text;
+# tensorstore's os_error_code).
 _FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 _FULL_TEXTS = ("No space left on device", "Disk quota exceeded", "os_error_code='28'",
-               "os_error_code='122'", "errno 28", "error code 28")
+               "os_error_code='122'")
 
 
 def is_disk_full(exc: Optional[BaseException]) -> bool:

@@ -82,7 +82,7 @@ class _StepMetadataLogs(std_logging.Filter):
                                                      "checkpoint.py"))
 
 
-class DiskFullLogs(std_logging.Filter):
+class _DiskFullLogs(std_logging.Filter):
   """orbax's own error logs (with tracebacks, one per thread of its async save: four or five) of
   a save that failed for want of space: Checkpoints raises it as one DiskFull line instead."""
 
@@ -130,8 +130,8 @@ def quiet_failed_saves() -> None:
     sys.unraisablehook = _drop_abandoned_reads(sys.unraisablehook)
   _quiet_asyncio_debris()
   absl_logger = std_logging.getLogger("absl")
-  if not any(isinstance(f, DiskFullLogs) for f in absl_logger.filters):
-    absl_logger.addFilter(DiskFullLogs())
+  if not any(isinstance(f, _DiskFullLogs) for f in absl_logger.filters):
+    absl_logger.addFilter(_DiskFullLogs())
 
 
 @contextlib.contextmanager

@@ -400,7 +400,9 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
           break
     trained = True
   except disk_space.DiskFull as e:  # Metrics or eval files: say what the same command resumes from.
-    raise (e if e.resume else e.resuming(checkpoints.resume_note())) from e.__cause__
+    if e.resume:
+      raise
+    raise e.resuming(checkpoints.resume_note()) from e.__cause__
   finally:
     trace.stop()  # A run that ends inside the traced steps still writes their trace.
     try:

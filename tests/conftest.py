@@ -10,6 +10,7 @@ import gc
 import logging
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -133,8 +134,7 @@ def tiny_word_system(c, languages=("en", "de", "sw")):
 
 def workdir_with_words(tmp_path_factory, name: str, words_file: str):
   """A new workdir holding a copy of `words_file` as its word vocabulary (learned once per module)."""
-  import shutil  # pylint: disable=g-import-not-at-top
-  from mural.data import word_vocab  # pylint: disable=g-import-not-at-top
+  from mural.data import word_vocab  # pylint: disable=g-import-not-at-top  (TensorFlow)
   workdir = tmp_path_factory.mktemp(name)
   shutil.copy(words_file, workdir / word_vocab.FILE_NAME)
   return workdir
@@ -248,7 +248,6 @@ class SmallDisk:
     self.path, self._filler = path, path / ".filler"
 
   def free_bytes(self) -> int:
-    import shutil  # pylint: disable=g-import-not-at-top
     return shutil.disk_usage(self.path).free
 
   def fill(self, leave: int = 0) -> None:

@@ -545,7 +545,7 @@ def test_held_out_records_that_cannot_make_an_eval_set_are_one_line(tok, tmp_pat
       (None, r"eval_source.source: a data source's dict"),
       (dict(name="tfrecord", files=only_fr), r"no record of 'tfrecord' has a caption in config.data.languages "
                                              r"\['en', 'de'\] \(languages seen: \['fr'\]\)"),
-      (dict(name="tfrecord", files=broken), r"record 1 of 'tfrecord': its image cannot be decoded"),
+      (dict(name="tfrecord", files=broken), r"the image of record 1 of 'tfrecord' cannot be decoded: not a JPEG/PNG file"),
       (dict(name="synthetic"), "is endless"),
       (dict(name="tfrecord", files=str(tmp_path / "none-*.tfrecord")), "no file matches"),
       (dict(name="tfrecord", files=only_fr, holdout=0.01), r"'tfrecord' has no record in its held-out 0.01 \(too few")):

@@ -101,17 +101,19 @@ def eval_images(images, data_config) -> np.ndarray:
   return preprocess.normalize(crops).numpy()
 
 
+def _decode(data, what: str) -> np.ndarray:
+  """Encoded image bytes -> uint8 [H, W, 3]; a ValueError naming `what` when they do not decode
+  (an eval set must be whole: a skipped image would change the metric silently)."""
+  try:
+    if not bool(preprocess.is_encoded_image(data)):
+      raise ValueError("not a JPEG/PNG file")
+    return preprocess.decode(data).numpy()
+  except (tf.errors.OpError, ValueError) as e:
+    raise ValueError(f"{what} cannot be decoded: {str(e).splitlines()[0]}") from None
+
+
 def _decode_files(paths: Sequence[str]) -> List[np.ndarray]:
-  out = []
-  for p in paths:
-    data = tf.io.read_file(p)
-    try:
-      if not bool(preprocess.is_encoded_image(data)):
-        raise ValueError("not a JPEG/PNG file")
-      out.append(preprocess.decode(data).numpy())
-    except (tf.errors.OpError, ValueError) as e:
-      raise ValueError(f"eval image {p} cannot be decoded: {str(e).splitlines()[0]}") from None
-  return out
+  return [_decode(tf.io.read_file(p), f"eval image {p}") for p in paths]
 
 
 def _source_fields(eval_source, defaults: dict, field: str = "eval_source") -> dict:
@@ -122,6 +124,12 @@ def _source_fields(eval_source, defaults: dict, field: str = "eval_source") -> d
     raise ValueError(f"config.data.{field} ({name!r}): unknown field(s) {unknown}; "
                      f"known: {sorted(defaults)}")
   return {**defaults, **cfg}
+
+
+def _count(field: str, value, name: str) -> int:
+  if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+    raise ValueError(f"config.data.{field}.{name}: must be an int >= 0 (0: all), got {value!r}")
+  return value
 
 
 def synthetic_eval_sets(config, tokenizer) -> Tuple[List[EvalSet], List[TranslationEvalSet]]:
@@ -150,11 +158,9 @@ def flickr8k_eval_sets(config, tokenizer) -> Tuple[List[EvalSet], List[Translati
   if not languages:
     raise ValueError(f"config.data.eval_source: none of Flickr8k's languages {flickr8k.LANGUAGES} "
                      f"is in config.data.languages {list(config.data.languages)}")
-  if not isinstance(cfg["max_images"], int) or isinstance(cfg["max_images"], bool) or cfg["max_images"] < 0:
-    raise ValueError(f"config.data.eval_source.max_images: must be an int >= 0 (0: all), "
-                     f"got {cfg['max_images']!r}")
+  max_images = _count("eval_source", cfg["max_images"], "max_images")
   data = flickr8k.eval_data(cfg["split"], languages, cfg["path"], cfg["caption_sources"])
-  n = len(data.images) if not cfg["max_images"] else min(cfg["max_images"], len(data.images))
+  n = len(data.images) if not max_images else min(max_images, len(data.images))
   images = eval_images(_decode_files(data.images[:n]), config.data)
   sets = []
   for lang, captions in data.captions.items():
@@ -172,20 +178,12 @@ def multi30k_translation_sets(config, tokenizer) -> List[TranslationEvalSet]:
   if len(languages) < 2:
     raise ValueError(f"config.data.eval_translations: Multi30k has {list(multi30k.LANGUAGES)}, of which "
                      f"config.data.languages {list(config.data.languages)} hold fewer than two")
-  if not isinstance(cfg["max_pairs"], int) or isinstance(cfg["max_pairs"], bool) or cfg["max_pairs"] < 0:
-    raise ValueError(f"config.data.eval_translations.max_pairs: must be an int >= 0 (0: all), "
-                     f"got {cfg['max_pairs']!r}")
+  max_pairs = _count("eval_translations", cfg["max_pairs"], "max_pairs")
   data = multi30k.task1(cfg["split"], languages, cfg["path"])
-  n = cfg["max_pairs"] or len(data.images)
+  n = max_pairs or len(data.images)
   # Each language tokenized once; its arrays shared by its pairs (the evaluator embeds them once).
   tokens = {l: _tokenize(tokenizer, data.captions[l][:n], list(config.data.languages).index(l)) for l in languages}
   return [TranslationEvalSet(f"multi30k:{a}-{b}", *tokens[a], *tokens[b]) for a, b in itertools.combinations(languages, 2)]
-
-
-def _count(field: str, value, name: str) -> int:
-  if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-    raise ValueError(f"config.data.{field}.{name}: must be an int >= 0 (0: all), got {value!r}")
-  return value
 
 
 def _finite_records(field: str, cfg: dict, open_source, config, has_image: bool) -> tf.data.Dataset:
@@ -243,14 +241,8 @@ def records_eval_sets(config, tokenizer) -> Tuple[List[EvalSet], List[Translatio
       if max_images and len(images) == max_images:
         skipped["beyond_max_images"] += 1
         continue
-      data = tf.constant(record["image"])
-      try:
-        if not bool(preprocess.is_encoded_image(data)):
-          raise ValueError("not a JPEG/PNG image")
-        images.append(preprocess.decode(data).numpy())
-      except (tf.errors.OpError, ValueError) as e:
-        raise ValueError(f"config.data.eval_source: record {n} of {cfg['source']['name']!r}: its image "
-                         f"cannot be decoded ({str(e).splitlines()[0]}); an eval set must be whole") from None
+      images.append(_decode(tf.constant(record["image"]),
+                            f"config.data.eval_source: the image of record {n} of {cfg['source']['name']!r}"))
       image_of[key] = len(images) - 1
     captions[lang].append(caption)
     caption_image[lang].append(image_of[key])
