@@ -4,7 +4,7 @@
 
 Two runs of configs/globetrotter_demo.py on the built-in data (8 languages,
 no parallel text: each caption's language is its image's only one), the same
-text model in both (mural/systems/globetrotter.py VARIANTS):
+text model in both (mural/systems/defaults/globetrotter.py VARIANTS):
 
   full       L_t + 0.2 L_v + 0.2 L_x + 0.2 L_c (images, two SimCLR views);
   text_only  the paper's text-only baseline: L_c alone, no image.

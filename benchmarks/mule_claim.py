@@ -4,7 +4,7 @@
 
 Runs of configs/mule_demo.py on the built-in data (Swahili scarce: 300
 image-caption pairs and 300 en-sw sentence pairs; 20k for every other
-language), identical but for the model (mural/systems/mule.py ABLATIONS):
+language), identical but for the model (mural/systems/defaults/mule.py ABLATIONS):
 
   parallel_embn  PARALLEL-EmbN: each language its own LSTM and FC (Gella et al.);
   embn           MULE's single shared branch, triplet loss only;

@@ -5,7 +5,7 @@ stays within a few points of full per-language vocabularies, and CLC-A lifts the
 
 Runs of configs/smalr_demo.py on the built-in data (8 languages, 20k
 image-caption pairs each, 20k sentence pairs for each of the 28 language
-pairs), identical but for the text side (mural/systems/smalr.py ABLATIONS):
+pairs), identical but for the text side (mural/systems/defaults/smalr.py ABLATIONS):
 
   pretrain    phase 1: the latent vocabulary alone on paired sentences (--pretrain_steps);
               the script prints when it left its early collapse (latent/sentence_cosine)
@@ -124,6 +124,7 @@ def main():
   from mural import config_lib  # pylint: disable=g-import-not-at-top
   from mural import describe  # pylint: disable=g-import-not-at-top
   from mural.systems import smalr  # pylint: disable=g-import-not-at-top
+  from mural.systems.defaults import smalr as smalr_defaults  # pylint: disable=g-import-not-at-top
   demo_file = ROOT / "configs" / "smalr_demo.py"
   demo = config_lib.from_file(demo_file)
   steps = args.steps or demo.total_steps
@@ -158,7 +159,7 @@ def main():
   }
 
   def text_params(ablation, **fields):
-    c = smalr.apply_ablation(config_lib.from_file(demo_file), ablation)
+    c = smalr_defaults.apply_ablation(config_lib.from_file(demo_file), ablation)
     c.data.word_vocab_path = str(words)
     for key, value in fields.items():
       c.model.text[key] = value

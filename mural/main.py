@@ -209,7 +209,6 @@ def main(argv):
     _fail(2, _config_error(e))
   # Flag and config mistakes are reported here, before TensorFlow and JAX load.
   try:
-    systems.get(config)  # The fields first (a misspelt one in a hand-edited record), then values.
     systems.validate(config)
     if _MODE.value not in ("describe", "plan"):
       if not _WORKDIR.value:

@@ -10,8 +10,9 @@ statistics its forward computes are kept.
 
 A *system* is a model (towers + named heads), its tasks, its evaluators, and
 optionally a per-step task chooser (one task trained per step, drawn inside
-the one compiled step). Systems live in mural/systems/, one file each, in one
-table (mural/systems/__init__.py) chosen by `config.system`.
+the one compiled step). Systems live in mural/systems/ (their config
+defaults in mural/systems/defaults/), in one table (mural/systems/__init__.py)
+chosen by `config.system`.
 
 Nothing here names a task or a system: the functions below turn a system and
 a config into what the trainer needs (active tasks, batch shapes, init, the
@@ -21,16 +22,12 @@ per-task losses).
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
+
+import jax
+import jax.numpy as jnp
 
 from mural import config_lib
-
-if TYPE_CHECKING:
-  import jax
-
-# Config files import the systems, which import this module: it imports no
-# JAX (nor TensorFlow) at module level, so a config mistake is reported in
-# well under a second (mural/main.py); the functions that run JAX import it.
 
 Outputs = Dict[str, "jax.Array"]
 
@@ -98,8 +95,6 @@ def towers_embed(config, active) -> Mapping[str, str]:
 
 def draw_by_weight(rng, tasks: Sequence[Task]):
   """A per-step task chooser (System.choose_task): task i with probability draw_weight_i / sum."""
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   weights = jnp.asarray([t.draw_weight for t in tasks], jnp.float32)
   return jax.random.categorical(rng, jnp.log(weights)).astype(jnp.int32)
 
@@ -143,8 +138,6 @@ def batch_shapes(tasks: Sequence[Task], config, batch_size: Optional[int] = None
 
 def init_variables(model, tasks: Sequence[Task], config, rng):
   """Model variables holding exactly what the tasks' forwards read (their heads, no others)."""
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   batch = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), batch_shapes(tasks, config, batch_size=1))
   return model.init({"params": rng, "dropout": rng}, batch, method=_forward_all(tasks, train=False))
 

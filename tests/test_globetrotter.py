@@ -315,6 +315,7 @@ from mural import system  # pylint: disable=wrong-import-position
 from mural import systems  # pylint: disable=wrong-import-position
 from mural import train  # pylint: disable=wrong-import-position
 from mural.systems import globetrotter  # pylint: disable=wrong-import-position
+from mural.systems.defaults import globetrotter as globetrotter_defaults
 
 LANGS = ["en", "de", "sw"]
 
@@ -324,7 +325,7 @@ def tiny_globetrotter_config(vocab_path="", variant="full", **overrides):
   ResNet-10 of width 4 and one text layer (the tests below do not depend on depth; each level
   costs compile time)."""
   c = load_config("globetrotter_demo")
-  c = globetrotter.apply_variant(c, variant)
+  c = globetrotter_defaults.apply_variant(c, variant)
   c.data.vocab_path = vocab_path
   c.data.synthetic.languages = list(LANGS)
   c.data.languages = list(LANGS)
@@ -374,7 +375,7 @@ def test_tower_config_errors_at_build(field, value):
   with pytest.raises(config_lib.ConfigError, match=r"^config\.tasks\.globetrotter\.lambda_t: every lambda"):
     globetrotter.validate(c)
   with pytest.raises(config_lib.ConfigError, match="variant 'nope'"):
-    globetrotter.apply_variant(tiny_globetrotter_config(), "nope")
+    globetrotter_defaults.apply_variant(tiny_globetrotter_config(), "nope")
 
 
 def test_built_in_data_withholds_parallel_text():
@@ -511,4 +512,4 @@ def test_evaluates_translation_by_retrieval(reference, tiny_vocab):
 
 
 def test_system_is_in_the_table():
-  assert systems.SYSTEMS["globetrotter"] is globetrotter.SYSTEM
+  assert systems.SYSTEMS["globetrotter"].system is globetrotter.SYSTEM

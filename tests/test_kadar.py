@@ -31,13 +31,14 @@ from mural.data import vocab
 from mural.data import word_vocab
 from mural.models import word_lstm
 from mural.systems import kadar
+from mural.systems.defaults import kadar as kadar_defaults
 
 LANGS = ["en", "de", "sw"]
 
 
 def tiny_kadar_config(**overrides):
   """Kádár et al. at toy sizes on the built-in data (3 languages, 16 held-out scenes)."""
-  c = tiny_word_system(kadar.get_config(), LANGS)
+  c = tiny_word_system(kadar_defaults.get_config(), LANGS)
   c.model.image.output_dim = 16
   c.model.text.words_per_language = 128
   c.model.text.word_dim = 8
@@ -212,7 +213,7 @@ def test_describe_and_system_table():
   assert counts["image_tower"] == (features + 1) * 16  # One linear layer over the frozen features.
   assert counts["token_embeddings"] == 128 * 8  # ONE table for every language.
   assert counts["total"] == (features + 1) * 16 + 128 * 8 + gru
-  assert systems.SYSTEMS["kadar"] is kadar.SYSTEM
+  assert systems.SYSTEMS["kadar"].system is kadar.SYSTEM
   tasks = system.active_tasks(kadar.SYSTEM, c)
   assert [t.name for t in tasks] == ["c2i", "c2c"] and [t.draw_weight for t in tasks] == [0.5, 0.5]
   assert [s["languages"] for s in tasks[0].sources] == [["en"], ["de"], ["sw"]]  # One source per language.

@@ -469,7 +469,7 @@ def test_each_system_names_an_image_tower_missing_from_the_table(name):
   config = systems.SYSTEMS[name].get_config()
   config.model.image.name = "vit"
   with pytest.raises(config_lib.ConfigError, match=r"^config\.model\.image\.name: 'vit' not in \["):
-    systems.SYSTEMS[name].build_model(config, ())
+    systems.SYSTEMS[name].system.build_model(config, ())
 
 
 def test_remat_changes_no_parameter_name_nor_gradient():

@@ -27,13 +27,14 @@ from mural.data import word_vocab
 from mural.models import multilingual
 from mural.models import word_lstm
 from mural.systems import mule
+from mural.systems.defaults import mule as mule_defaults
 
 LANGS = ["en", "de", "sw"]
 
 
 def tiny_mule_config(**overrides):
   """MULE at toy sizes on the built-in data (3 languages, 16 held-out scenes)."""
-  c = tiny_word_system(mule.get_config(), LANGS)
+  c = tiny_word_system(mule_defaults.get_config(), LANGS)
   c.model.image.hidden_dim = 32
   c.model.image.output_dim = 16
   c.model.text.words_per_language = 64
@@ -263,7 +264,7 @@ def test_config_errors_at_build():
   with pytest.raises(config_lib.ConfigError, match=r"^config\.model\.image\.backbone_workdir: "):
     mule.build_model(c, mule.tasks(c))
   with pytest.raises(config_lib.ConfigError, match="ablation 'nope'"):
-    mule.apply_ablation(tiny_mule_config(), "nope")
+    mule_defaults.apply_ablation(tiny_mule_config(), "nope")
 
 
 # ---- Describe and the ablations as configs ---------------------------------------------
@@ -304,7 +305,7 @@ class _NoTokenizer:
     ("pretrain", ["nc"], 1, False),
 ])
 def test_ablations_are_config_values(name, tasks, branches, classifier):
-  c = mule.apply_ablation(tiny_mule_config(), name)
+  c = mule_defaults.apply_ablation(tiny_mule_config(), name)
   active = system.active_tasks(mule.SYSTEM, c)
   assert [t.name for t in active] == tasks
   kinds = [type(e).__name__ for e in mule.evaluators(c, active, _NoTokenizer())] if name == "pretrain" else []
@@ -473,7 +474,7 @@ def test_export_carries_its_words_and_frozen_backbone_and_embeds_as_the_evaluato
 
 
 def test_system_is_in_the_table():
-  assert systems.SYSTEMS["mule"] is mule.SYSTEM
+  assert systems.SYSTEMS["mule"].system is mule.SYSTEM
 
 
 def test_pretrained_text_tower_warm_starts_the_full_model(reference, words_file):

@@ -30,13 +30,14 @@ from mural.data import word_vocab
 from mural.models import hem
 from mural.models import word_lstm
 from mural.systems import smalr
+from mural.systems.defaults import smalr as smalr_defaults
 
 LANGS = ["en", "de", "sw"]
 
 
 def tiny_smalr_config(ablation="smalr", **overrides):
   """SMALR at toy sizes on the built-in data (3 languages, 16 held-out scenes, 8 for CLC-C)."""
-  c = tiny_word_system(smalr.get_config(), LANGS)
+  c = tiny_word_system(smalr_defaults.get_config(), LANGS)
   c.model.image.hidden_dim = 32
   c.model.image.output_dim = 16
   t = c.model.text
@@ -50,13 +51,13 @@ def tiny_smalr_config(ablation="smalr", **overrides):
   t.output_dim = 16
   t.max_len = 16
   t.explore_top = 4
-  c.data.synthetic.translation_pair_list = smalr.all_pairs(LANGS)
+  c.data.synthetic.translation_pair_list = smalr_defaults.all_pairs(LANGS)
   c.clc.validation_images = 8
   for name in ("mm", "pairs", "latent"):
     c.tasks[name].batch_size = 8
     c.tasks[name].learning_rate = 1e-2
   c.optim.warmup_steps = 1
-  smalr.apply_ablation(c, ablation)
+  smalr_defaults.apply_ablation(c, ablation)
   return set_fields(c, **overrides)
 
 
@@ -343,7 +344,7 @@ def test_config_errors_cross_fields():
   with pytest.raises(config_lib.ConfigError, match=r"^config\.model\.text\.output_dim: "):
     smalr.validate(tiny_smalr_config(**{"model.text.output_dim": 12}))
   with pytest.raises(config_lib.ConfigError, match="ablation 'nope'"):
-    smalr.apply_ablation(tiny_smalr_config(), "nope")
+    smalr_defaults.apply_ablation(tiny_smalr_config(), "nope")
   c = tiny_smalr_config(**{"model.text.latent_workdir": "/nonexistent/run", "data.word_vocab_path": "/x/words.json"})
   with pytest.raises((config_lib.ConfigError, FileNotFoundError)):
     smalr.hybrid_tables(c)
@@ -566,4 +567,4 @@ def test_evaluates_plain_and_cross_lingual(reference, pretrained, words_file):
 
 
 def test_system_is_in_the_table():
-  assert systems.SYSTEMS["smalr"] is smalr.SYSTEM
+  assert systems.SYSTEMS["smalr"].system is smalr.SYSTEM

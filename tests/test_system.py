@@ -10,6 +10,7 @@ not chosen neither moves the parameters nor its optimizer state.
 """
 
 import json
+import types
 
 import flax.linen as nn
 import jax
@@ -28,6 +29,7 @@ from mural.data import eval_data
 from mural.data import inputs
 from mural.models.dual_encoder import DualEncoder
 from mural.systems import mural
+from mural.systems.defaults import mural as mural_defaults
 
 
 class NormedHead(nn.Module):
@@ -69,9 +71,9 @@ def sigmoid_task(config):
 
 
 def toy_config():
-  c = mural.get_config()
+  c = mural_defaults.get_config()
   c.system = "toy"
-  c.tasks.sig = mural.image_text_config(learning_rate=1e-2, bias=-2.0)
+  c.tasks.sig = mural_defaults.image_text_config(learning_rate=1e-2, bias=-2.0)
   del c.tasks["i2t"]
   return c
 
@@ -111,7 +113,7 @@ def _toy(vocab_path):
 
 
 def test_toy_system_trains_through_the_public_trainer(monkeypatch, tiny_vocab, tmp_path):
-  monkeypatch.setitem(systems.SYSTEMS, "toy", TOY)
+  monkeypatch.setitem(systems.SYSTEMS, "toy", systems.Entry(toy_config, types.SimpleNamespace(SYSTEM=TOY)))
   config = _toy(tiny_vocab)
   result = train.train_and_evaluate(config, str(tmp_path))
   lines = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
@@ -169,7 +171,7 @@ def test_a_field_no_default_has_is_a_one_line_error():
   c.data.synthetic.pairs_per_language = {"sw": 10}
   c.data.eval_source = dict(name="flickr8k", split="dev")
   c.data.eval_translations = dict(name="multi30k", split="test")
-  assert systems.get(c) is systems.SYSTEMS["mural"]
+  assert systems.get(c) is systems.SYSTEMS["mural"].system
   c.data.synthetic.pair_per_language = {"sw": 10}
   with pytest.raises(config_lib.ConfigError, match=r"^config\.data\.synthetic\.pair_per_language: "):
     systems.get(c)

@@ -1,48 +1,70 @@
-"""The table of systems: `config.system` -> a mural.system.System.
+"""The table of systems: `config.system` -> its config defaults and its mural.system.System.
 
-A new system is one file here (its tasks, model, evaluators and config
-defaults, as a `SYSTEM` value) and one entry below; nothing else in mural
-changes.
+A new system is two files, its config defaults in defaults/ (what config
+files import: no JAX, no TensorFlow) and its tasks, model and evaluators
+here (a `SYSTEM` value), and one entry below; nothing else in mural changes.
+A system's module is imported when the system is first asked for, so loading
+a config file stays a matter of milliseconds.
 """
 
+import dataclasses
 import difflib
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import ml_collections
 
 from mural import config_lib
+from mural import lazy_import
 from mural.data import synthetic_settings
-from mural.systems import align
-from mural.systems import kadar
-from mural.systems import globetrotter
-from mural.systems import mule
-from mural.systems import mural
-from mural.systems import smalr
+from mural.systems.defaults import align as align_defaults
+from mural.systems.defaults import globetrotter as globetrotter_defaults
+from mural.systems.defaults import kadar as kadar_defaults
+from mural.systems.defaults import mule as mule_defaults
+from mural.systems.defaults import mural as mural_defaults
+from mural.systems.defaults import smalr as smalr_defaults
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+  """One system: its config defaults, and the module whose SYSTEM it is (imported on first use)."""
+  get_config: Callable[[], ml_collections.ConfigDict]
+  module: Any
+
+  @property
+  def system(self):
+    return self.module.SYSTEM
+
 
 SYSTEMS = {
-    "align": align.SYSTEM,
-    "mural": mural.SYSTEM,
-    "mule": mule.SYSTEM,
-    "kadar": kadar.SYSTEM,
-    "smalr": smalr.SYSTEM,
-    "globetrotter": globetrotter.SYSTEM,
+    "align": Entry(align_defaults.get_config, lazy_import.module("mural.systems.align")),
+    "mural": Entry(mural_defaults.get_config, lazy_import.module("mural.systems.mural")),
+    "mule": Entry(mule_defaults.get_config, lazy_import.module("mural.systems.mule")),
+    "kadar": Entry(kadar_defaults.get_config, lazy_import.module("mural.systems.kadar")),
+    "smalr": Entry(smalr_defaults.get_config, lazy_import.module("mural.systems.smalr")),
+    "globetrotter": Entry(globetrotter_defaults.get_config, lazy_import.module("mural.systems.globetrotter")),
 }
 
 
 def get(config):
   """The system named by config.system; every field of `config` must be one of its defaults."""
+  _check_system_and_fields(config)
+  return SYSTEMS[config.system].system
+
+
+def validate(config) -> None:
+  """Every check of a config that needs neither JAX nor TensorFlow (a mistake is one line in
+  under a second): its system and fields, config_lib's values, the built-in data's section
+  (NumPy only)."""
+  _check_system_and_fields(config)
+  config_lib.validate(config)
+  synthetic_settings.Settings.from_config(config)
+
+
+def _check_system_and_fields(config) -> None:
   name = config.system
   if name not in SYSTEMS:
     raise config_lib.ConfigError(f"config.system: {name!r} not in {sorted(SYSTEMS)}")
   _check_fields(config, SYSTEMS[name].get_config(), name)
-  return SYSTEMS[name]
-
-
-def validate(config) -> None:
-  """Every check of a config's values that needs neither JAX nor TensorFlow (a mistake is one
-  line in under a second): config_lib's, then the built-in data's section (NumPy only)."""
-  config_lib.validate(config)
-  synthetic_settings.Settings.from_config(config)
 
 
 def _check_fields(config, defaults, name: str):

@@ -7,19 +7,8 @@ with the image-text text head.
 
 from mural import system
 from mural.systems import mural
-
-
-def from_mural(config):
-  """A MURAL config turned ALIGN: the same model and image-text task, no text-text task."""
-  config.system = "align"
-  del config.tasks["t2t"]
-  return config
-
-
-def get_config():
-  return from_mural(mural.get_config())
-
+from mural.systems.defaults import align as defaults
 
 SYSTEM = system.System(
-    name="align", get_config=get_config, tasks=lambda config: (mural.image_text_task(config),),
+    name="align", get_config=defaults.get_config, tasks=lambda config: (mural.image_text_task(config),),
     build_model=mural.build_model, evaluators=mural.evaluators, retrieval_heads=mural.retrieval_heads)

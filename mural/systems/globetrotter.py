@@ -37,71 +37,23 @@ anchors from k = 5 mutual nearest neighbours.
 
 from typing import Sequence
 
-import ml_collections
+import jax
+import jax.numpy as jnp
 
 from mural import config_lib
+from mural import evaluate
+from mural import lazy_import
+from mural import losses
+from mural import models
 from mural import system
+from mural import translation_retrieval
+from mural.data import inputs
+from mural.systems.defaults import globetrotter as defaults
+from mural.data import tokenizer
+from mural.models import globetrotter as model_lib
+from mural.models import heads
 
-SYNTHETIC = dict(name="synthetic", weight=1.0)
-TASK = "globetrotter"
-
-
-def get_config() -> ml_collections.ConfigDict:
-  c = config_lib.base_config()
-  c.system = "globetrotter"
-  c.model.image.name = "resnet"
-  c.model.image.depth = 18
-  c.model.image.width = 64  # Channels of the first stage (torchvision: 64).
-  c.model.text.vocab_size = 32_000  # Upper bound of the learned wordpiece vocabulary.
-  c.model.text.token_embed_dim = 512  # Unfactorised: the MLM head ties to the token table.
-  c.model.text.hidden_dim = 512
-  c.model.text.num_layers = 4
-  c.model.text.num_heads = 4
-  c.model.text.mlp_dim = 2048
-  c.model.text.max_len = 64
-  c.model.heads.embed_dim = 128  # D.
-  c.model.heads.kind = "mlp"
-  c.model.heads.mlp_hidden_dim = 512
-  c.tasks[TASK] = ml_collections.ConfigDict(dict(
-      weight=1.0,
-      learning_rate=1e-4,  # Adam (paper B.1).
-      batch_size=800,  # Paper B.1.
-      sources=[SYNTHETIC],  # Image-text sources.
-      temperature=0.1,  # On similarities rescaled to [0, 1].
-      margin=0.4,  # m of f in Eq. 2.
-      lambda_t=1.0,
-      lambda_v=0.2,
-      lambda_x=0.2,
-      lambda_c=0.2,
-      mask_rate=0.15,  # Share of a caption's word pieces the cloze predicts (BERT).
-  ))
-  c.data.synthetic.withhold_parallel_text = True
-  c.data.crop_area_range = (0.08, 1.0)  # SimCLR.
-  c.data.views = ml_collections.ConfigDict(dict(
-      colour_strength=1.0,  # SimCLR's s: brightness/contrast/saturation 0.8 s, hue 0.2 s.
-      colour_prob=0.8, grayscale_prob=0.2, blur_prob=0.5))
-  c.optim.layer_adaptation = False  # Adam.
-  c.optim.weight_decay = 0.0
-  c.optim.eps = 1e-8
-  c.optim.warmup_steps = 500
-  return c
-
-
-# Field overrides of the paper's compared models: 'text_only' is its text-only baseline (the same
-# text model trained with L_c alone: no image, no image-related loss).
-VARIANTS = {
-    "full": {},
-    "text_only": {"lambda_t": 0.0, "lambda_v": 0.0, "lambda_x": 0.0, "lambda_c": 1.0},
-}
-
-
-def apply_variant(config, name: str):
-  """config with VARIANTS[name]'s task fields set."""
-  if name not in VARIANTS:
-    raise config_lib.ConfigError(f"Globetrotter variant {name!r} not in {sorted(VARIANTS)}")
-  for key, value in VARIANTS[name].items():
-    config.tasks[TASK][key] = value
-  return config
+eval_data = lazy_import.module("mural.data.eval_data")  # TensorFlow: loaded when evaluating.
 
 
 _require = config_lib.require
@@ -109,7 +61,7 @@ _require = config_lib.require
 
 def validate(config) -> None:
   """Globetrotter's own fields; one-line ConfigErrors naming the field."""
-  t, f = config.tasks[TASK], f"tasks.{TASK}"
+  t, f = config.tasks[defaults.TASK], f"tasks.{defaults.TASK}"
   _require(t.temperature > 0, f"{f}.temperature", f"must be positive, got {t.temperature}")
   _require(0 <= t.margin < 1, f"{f}.margin", f"must be in [0, 1), got {t.margin}")
   for name in ("lambda_t", "lambda_v", "lambda_x", "lambda_c"):
@@ -139,9 +91,6 @@ def _mask_tokens(rng, ids, mask, rate: float):
   The random piece is a word piece drawn from the batch itself (their unigram distribution;
   BERT draws uniformly over its vocabulary): model.text.vocab_size is only an upper bound of
   the learned vocabulary, and rows past it are never read otherwise."""
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from mural.data import tokenizer  # pylint: disable=g-import-not-at-top
   first = len(tokenizer.RESERVED_TOKENS)
   pick_rng, kind_rng, token_rng = jax.random.split(rng, 3)
   candidate = (mask > 0) & (ids >= first)
@@ -154,10 +103,8 @@ def _mask_tokens(rng, ids, mask, rate: float):
 
 
 def globetrotter_task(config) -> system.Task:
-  from mural import losses  # pylint: disable=g-import-not-at-top
-  from mural.data import inputs  # pylint: disable=g-import-not-at-top
   validate(config)
-  c = config.tasks[TASK]
+  c = config.tasks[defaults.TASK]
   t, m, rate = float(c.temperature), float(c.margin), float(c.mask_rate)
   lt, lv, lx, lc = float(c.lambda_t), float(c.lambda_v), float(c.lambda_x), float(c.lambda_c)
   uses_images, uses_text_head = lt > 0 or lv > 0 or lx > 0, lt > 0 or lx > 0
@@ -195,7 +142,7 @@ def globetrotter_task(config) -> system.Task:
       total, metrics["loss/cloze"], metrics["cloze_accuracy"] = total + lc * l, l, aux["accuracy"]
     return total, metrics
 
-  return system.task_from_config(config, TASK, input=inputs.IMAGE_TEXT_VIEWS, forward=forward, loss=loss,
+  return system.task_from_config(config, defaults.TASK, input=inputs.IMAGE_TEXT_VIEWS, forward=forward, loss=loss,
                                  updates_batch_stats=uses_images)
 
 
@@ -206,10 +153,6 @@ def tasks(config) -> Sequence[system.Task]:
 def build_model(config, active: Sequence[system.Task]):
   """ResNet + BERT from config.model, a head on each (model.heads), the tied cloze head."""
   del active
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from mural import models  # pylint: disable=g-import-not-at-top
-  from mural.models import globetrotter as model_lib  # pylint: disable=g-import-not-at-top
-  from mural.models import heads  # pylint: disable=g-import-not-at-top
   validate(config)
   dtype, param_dtype = jnp.dtype(config.model.dtype), jnp.dtype(config.model.param_dtype)
   head = lambda name: heads.from_config(config.model.heads, dtype, param_dtype).clone(name=name)
@@ -234,14 +177,10 @@ def evaluators(config, active: Sequence[system.Task], tokenizer):
   per language when the images are trained; on the built-in data, word translation over the
   token table's rows (nearest neighbours, and Procrustes on mutual-nearest-neighbour anchors)."""
   del active
-  from mural import evaluate  # pylint: disable=g-import-not-at-top
-  from mural import translation_retrieval  # pylint: disable=g-import-not-at-top
-  from mural.data import eval_data  # pylint: disable=g-import-not-at-top
-  from mural.models import globetrotter as model_lib  # pylint: disable=g-import-not-at-top
   retrieval, _ = eval_data.build_eval_sets(config, tokenizer)
   if not retrieval:
     return []
-  c = config.tasks[TASK]
+  c = config.tasks[defaults.TASK]
   out = []
   if c.lambda_t > 0 or c.lambda_x > 0:
     out.append(translation_retrieval.MultiwayTranslation(retrieval, head="text"))
@@ -256,5 +195,5 @@ def evaluators(config, active: Sequence[system.Task], tokenizer):
   return out
 
 
-SYSTEM = system.System(name="globetrotter", get_config=get_config, tasks=tasks, build_model=build_model,
+SYSTEM = system.System(name="globetrotter", get_config=defaults.get_config, tasks=tasks, build_model=build_model,
                        evaluators=evaluators, retrieval_heads=retrieval_heads)

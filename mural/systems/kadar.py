@@ -38,75 +38,22 @@ steps (docs/systems.md, "Kádár et al.").
 import dataclasses
 from typing import Sequence
 
+import jax.numpy as jnp
 import ml_collections
 
 from mural import config_lib
+from mural import evaluate
+from mural import lazy_import
+from mural import losses
+from mural import models
 from mural import system
+from mural.data import inputs
+from mural.systems.defaults import kadar as defaults
+from mural.models import feature_tower
+from mural.models import multilingual
+from mural.models import word_lstm
 
-SYNTHETIC = dict(name="synthetic", weight=1.0)
-
-
-def get_config() -> ml_collections.ConfigDict:
-  c = config_lib.base_config()
-  c.system = "kadar"
-  # Image: a frozen mural tower's pooled features -> one linear layer.
-  c.model.image.name = "features"
-  c.model.image.backbone = "efficientnet"  # IMAGE_TOWERS key, built from this section's fields.
-  c.model.image.backbone_workdir = ""  # A trained mural run (workdir or export) whose image tower gives the features; "": seeded.
-  c.model.image.backbone_seed = 0
-  c.model.image.hidden_dim = 0  # One linear layer (feature_tower: 0 = no hidden layer).
-  c.model.image.output_dim = 1024
-  # Text: union word table -> GRU; its last state is the embedding.
-  c.model.text.name = "word_lstm"
-  c.model.text.cell = "gru"
-  c.model.text.lang_fc = False  # No per-language FC: the words feed the GRU.
-  c.model.text.output_fc = False  # The GRU's final state is the sentence.
-  c.model.text.branches = "shared"
-  c.model.text.words_per_language = 20_000  # Rows of the one union table (2 reserved: padding, UNK).
-  c.model.text.word_dim = 300
-  c.model.text.mule_dim = 0  # Unused (no per-language FC).
-  c.model.text.lstm_dim = 1024  # The GRU's units.
-  c.model.text.output_dim = 1024  # = lstm_dim: the GRU state is the embedding.
-  c.model.text.max_len = 32
-  c.data.tokenizer = "words"
-  c.data.word_vocab_union = True  # One table for the union of all languages' words.
-  c.data.word_min_count = 4  # "words occurring fewer than four times" -> UNK.
-  c.data.word_vocab_path = ""  # A words.json to use; "": learned into workdir/words.json.
-  c.data.languages = list(c.data.synthetic.languages)
-  # c2c: every pair of languages (the paper's "all possible <c_a, c_b> pairs"), both orders in one set.
-  langs = list(c.data.synthetic.languages)
-  c.data.synthetic.translation_pair_list = [f"{a}-{b}" for i, a in enumerate(langs) for b in langs[i + 1:]]
-  c.data.synthetic.translation_pairs = 5_000  # Per pair (28 pairs for 8 languages).
-
-  c.tasks.c2i = ml_collections.ConfigDict(dict(
-      weight=1.0,
-      learning_rate=2e-4,  # Adam 2e-4 (paper).
-      batch_size=128,  # VSE++'s default.
-      sources=[SYNTHETIC],  # Image-text sources ('synthetic': split by language, see below).
-      margin=0.2,  # alpha (VSE++'s default).
-      draw_weight=0.5,  # p of the task switch.
-      one_language_per_batch=True,  # Each source split per data.languages; each batch one language.
-  ))
-  c.tasks.c2c = ml_collections.ConfigDict(dict(
-      weight=1.0,  # 0 turns caption-caption ranking off (the "- c2c" models).
-      learning_rate=2e-4,
-      batch_size=128,
-      sources=[SYNTHETIC],  # Text-pair sources: captions of one image in two languages.
-      margin=0.2,
-      draw_weight=0.5,
-  ))
-  c.optim.layer_adaptation = False  # Adam(W) ...
-  c.optim.weight_decay = 0.0  # ... without decay: Adam.
-  c.optim.eps = 1e-8  # PyTorch's (and the paper's "default parameters").
-  c.optim.warmup_steps = 0
-  c.optim.decay = False  # A constant rate (the paper's code); no decay to 0 at total_steps.
-  c.total_steps = 100_000  # A ceiling: early stopping ends the run.
-  c.eval_every_steps = 500  # "evaluated every 500 iterations".
-  c.checkpoint_every_steps = 500
-  c.early_stopping.metric = "mean/rsum"  # R@1 + R@5 + R@10, both ways, mean over languages.
-  c.early_stopping.patience = 10
-  c.early_stopping.mode = "max"
-  return c
+eval_data = lazy_import.module("mural.data.eval_data")  # TensorFlow: loaded when evaluating.
 
 
 _require = config_lib.require
@@ -115,8 +62,6 @@ _positive_int = config_lib.positive_int
 
 def validate(config) -> None:
   """Kádár et al.'s own fields; one-line ConfigErrors naming the field."""
-  from mural.models import feature_tower  # pylint: disable=g-import-not-at-top
-  from mural.models import word_lstm  # pylint: disable=g-import-not-at-top
   t, im = config.model.text, config.model.image
   _positive_int(t, "words_per_language", "model.text", minimum=3)
   for name in ("word_dim", "lstm_dim", "output_dim", "max_len"):
@@ -155,8 +100,6 @@ def _per_language(sources, languages):
 
 def caption_image_task(config) -> system.Task:
   """c2i: captions against their images, max of hinges both ways."""
-  from mural import losses  # pylint: disable=g-import-not-at-top
-  from mural.data import inputs  # pylint: disable=g-import-not-at-top
   validate(config)
   c = config.tasks.c2i
   margin = float(c.margin)
@@ -178,8 +121,6 @@ def caption_image_task(config) -> system.Task:
 
 def caption_caption_task(config) -> system.Task:
   """c2c: two captions of one image in two languages, max of hinges both ways."""
-  from mural import losses  # pylint: disable=g-import-not-at-top
-  from mural.data import inputs  # pylint: disable=g-import-not-at-top
   validate(config)
   c = config.tasks.c2c
   margin = float(c.margin)
@@ -202,9 +143,6 @@ def tasks(config) -> Sequence[system.Task]:
 
 def build_model(config, active: Sequence[system.Task]):
   """The frozen-feature image tower (one linear layer) and the union-table GRU text tower."""
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from mural import models  # pylint: disable=g-import-not-at-top
-  from mural.models import multilingual  # pylint: disable=g-import-not-at-top
   del active
   validate(config)
   dtype, param_dtype = jnp.dtype(config.model.dtype), jnp.dtype(config.model.param_dtype)
@@ -235,8 +173,6 @@ class RsumRetrieval:
 
 def evaluators(config, active: Sequence[system.Task], tokenizer):
   """Image<->caption retrieval per language (with rsum) and caption translation retrieval."""
-  from mural import evaluate  # pylint: disable=g-import-not-at-top
-  from mural.data import eval_data  # pylint: disable=g-import-not-at-top
   del active
   retrieval, translation = eval_data.build_eval_sets(config, tokenizer)
   out = []
@@ -247,6 +183,6 @@ def evaluators(config, active: Sequence[system.Task], tokenizer):
   return out
 
 
-SYSTEM = system.System(name="kadar", get_config=get_config, tasks=tasks, build_model=build_model,
+SYSTEM = system.System(name="kadar", get_config=defaults.get_config, tasks=tasks, build_model=build_model,
                        evaluators=evaluators, choose_task=system.draw_by_weight,
                        retrieval_heads=system.towers_embed)

@@ -27,8 +27,8 @@ Tasks (each with the trainer's per-task optimizer; weights are the paper's lambd
       on u. On the built-in data the image-caption records of a batch never
       share an image, so the paired sentences come from the text-pair source.
 
-Ablations and baselines of the paper (Table 2) are config values (ABLATIONS,
-`apply_ablation`): PARALLEL-EmbN, EmbN, EmbN+NC, EmbN+NC+LC, and LP (MULE's
+Ablations and baselines of the paper (Table 2) are config values (ABLATIONS and
+`apply_ablation` in mural/systems/defaults/mule.py): PARALLEL-EmbN, EmbN, EmbN+NC, EmbN+NC+LC, and LP (MULE's
 pre-training on paired sentences: 'pretrain', then a warm start from it).
 
 Loss weights across tasks: each task has its own Adam state (mural/optim.py),
@@ -43,89 +43,27 @@ paper: Adam 1e-4, exponential decay, L2 5e-7 on word vectors); the
 language-specific FC is linear.
 """
 
+import json
 from typing import Sequence
 
+from absl import logging
+from etils import epath
+import jax.numpy as jnp
 import ml_collections
 
 from mural import config_lib
+from mural import evaluate
+from mural import lazy_import
+from mural import losses
+from mural import models
 from mural import system
+from mural.data import inputs
+from mural.systems.defaults import mule as defaults
+from mural.models import feature_tower
+from mural.models import multilingual
+from mural.models import word_lstm
 
-SYNTHETIC = dict(name="synthetic", weight=1.0)
-
-# Field overrides of the paper's compared models (Table 2 / supplementary).
-ABLATIONS = {
-    "parallel_embn": {"model.text.branches": "per_language", "tasks.nc.weight": 0.0,
-                      "tasks.mm.classifier_weight": 0.0},
-    "embn": {"tasks.nc.weight": 0.0, "tasks.mm.classifier_weight": 0.0},
-    "embn_nc": {"tasks.mm.classifier_weight": 0.0},
-    "embn_nc_lc": {},
-    "embn_lc": {"tasks.nc.weight": 0.0},
-    # LP, MULE's pre-training: the neighbourhood constraints alone on paired sentences. The full
-    # model (EmbN+NC+LC+LP) is 'embn_nc_lc' warm-started from it: config.init_from = its workdir,
-    # config.data.word_vocab_path = its words.json (configs/mule_demo.py shows the two commands).
-    "pretrain": {"tasks.mm.weight": 0.0},
-}
-
-
-def apply_ablation(config, name: str):
-  """config with ABLATIONS[name]'s fields set."""
-  if name not in ABLATIONS:
-    raise config_lib.ConfigError(f"MULE ablation {name!r} not in {sorted(ABLATIONS)}")
-  for key, value in ABLATIONS[name].items():
-    config_lib.set_field(config, key, value)
-  return config
-
-
-def get_config() -> ml_collections.ConfigDict:
-  c = config_lib.base_config()
-  c.system = "mule"
-  # Image: a frozen mural tower's pooled features -> FC -> BN -> ReLU -> FC.
-  c.model.image.name = "features"
-  c.model.image.backbone = "efficientnet"  # IMAGE_TOWERS key, built from this section's fields.
-  c.model.image.backbone_workdir = ""  # A trained mural run (workdir or export) whose image tower is the backbone; "": seeded init.
-  c.model.image.backbone_seed = 0
-  c.model.image.hidden_dim = 2048
-  c.model.image.output_dim = 512
-  # Text: per-language words -> per-language FC -> LSTM -> FC.
-  c.model.text.name = "word_lstm"
-  c.model.text.words_per_language = 20_000  # Id rows per language (2 reserved: padding, unknown).
-  c.model.text.word_dim = 300
-  c.model.text.mule_dim = 512
-  c.model.text.lstm_dim = 1024
-  c.model.text.output_dim = 512
-  c.model.text.branches = "shared"  # shared (MULE) | per_language (PARALLEL-EmbN).
-  # FastText .vec text files, '{lang}' standing for the language code (e.g. '/data/cc.{lang}.300.vec'):
-  # the first word vectors of the words in data.word_vocab_path (needed then); "": random.
-  c.model.text.embeddings_path = ""
-  c.data.tokenizer = "words"  # Per-language word vocabularies (mural/data/word_vocab.py).
-  c.data.word_min_count = 1  # Rarer words are the language's unknown word.
-  c.data.word_vocab_path = ""  # A words.json to use; "": learned into workdir/words.json.
-  c.data.languages = list(c.data.synthetic.languages)
-
-  c.tasks.mm = ml_collections.ConfigDict(dict(
-      weight=1.0,  # lambda_3.
-      learning_rate=1e-4,  # Adam 1e-4 (paper).
-      batch_size=450,  # Images per batch (paper).
-      sources=[SYNTHETIC],  # Image-text sources.
-      margin=0.05,
-      top_k=10,  # Most violated constraints per anchor.
-      classifier_weight=1e-6,  # lambda_2; 0 turns the language classifier off.
-  ))
-  c.tasks.nc = ml_collections.ConfigDict(dict(
-      weight=1.0,  # lambda_1; 0 turns the neighbourhood constraints off.
-      learning_rate=1e-4,
-      batch_size=450,
-      sources=[SYNTHETIC],  # Text-pair sources: sentences of one image in two languages.
-      margin=0.05,
-      top_k=10,
-  ))
-  c.optim.layer_adaptation = False  # Adam(W), as the paper (Adam).
-  c.optim.weight_decay = 0.0
-  # PyTorch's Adam epsilon: the classifier's gradient is lambda_2 = 1e-6 times its cross-entropy's,
-  # which an epsilon of 1e-6 would shrink to almost no step.
-  c.optim.eps = 1e-8
-  c.optim.warmup_steps = 100
-  return c
+eval_data = lazy_import.module("mural.data.eval_data")  # TensorFlow: loaded when evaluating.
 
 
 _require = config_lib.require
@@ -134,8 +72,6 @@ _positive_int = config_lib.positive_int
 
 def validate(config) -> None:
   """MULE's own fields; one-line ConfigErrors naming the field."""
-  from mural.models import feature_tower  # pylint: disable=g-import-not-at-top
-  from mural.models import word_lstm  # pylint: disable=g-import-not-at-top
   t, im = config.model.text, config.model.image
   _positive_int(t, "words_per_language", "model.text", minimum=3)
   for name in ("word_dim", "mule_dim", "lstm_dim", "output_dim"):
@@ -165,8 +101,6 @@ def validate(config) -> None:
 
 def image_sentence_task(config) -> system.Task:
   """Images and sentences (with language ids): top-K triplet both ways, + the adversarial classifier."""
-  from mural import losses  # pylint: disable=g-import-not-at-top
-  from mural.data import inputs  # pylint: disable=g-import-not-at-top
   validate(config)
   c = config.tasks.mm
   margin, k, classifier_weight = float(c.margin), int(c.top_k), float(c.classifier_weight)
@@ -190,7 +124,6 @@ def image_sentence_task(config) -> system.Task:
 def language_classifier_term(out, batch):
   """(L_adv, its metrics) of the adversarial language classifier when the forward ran it (out has
   'lang_logits'), else (0, {}): MULE's term of the image-sentence loss, and SMALR's."""
-  from mural import losses  # pylint: disable=g-import-not-at-top
   if "lang_logits" not in out:
     return 0.0, {}
   lc, lc_metrics = losses.language_classifier_loss(out["lang_logits"], batch["lang_id"], batch["valid"])
@@ -199,8 +132,6 @@ def language_classifier_term(out, batch):
 
 def neighbourhood_task(config) -> system.Task:
   """Sentences of one image in two languages: top-K triplet on s (multimodal) and on u (MULE)."""
-  from mural import losses  # pylint: disable=g-import-not-at-top
-  from mural.data import inputs  # pylint: disable=g-import-not-at-top
   validate(config)
   c = config.tasks.nc
   margin, k = float(c.margin), int(c.top_k)
@@ -225,9 +156,6 @@ def tasks(config) -> Sequence[system.Task]:
 
 def build_model(config, active: Sequence[system.Task]):
   """The two towers from config.model and, when the mm task uses it, the language classifier."""
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from mural import models  # pylint: disable=g-import-not-at-top
-  from mural.models import multilingual  # pylint: disable=g-import-not-at-top
   validate(config)
   dtype, param_dtype = jnp.dtype(config.model.dtype), jnp.dtype(config.model.param_dtype)
   image = models.tower("image", config.model.image, dtype, param_dtype)
@@ -248,10 +176,6 @@ def build_model(config, active: Sequence[system.Task]):
 
 def _fasttext_table(config):
   """The word table with FastText vectors where the .vec files have the vocabulary's words."""
-  import json  # pylint: disable=g-import-not-at-top
-  from absl import logging  # pylint: disable=g-import-not-at-top
-  from etils import epath  # pylint: disable=g-import-not-at-top
-  from mural.models import word_lstm  # pylint: disable=g-import-not-at-top
   t = config.model.text
   words = json.loads(epath.Path(config.data.word_vocab_path).read_text())["words"]
   table, found = word_lstm.load_fasttext(t.embeddings_path, list(config.data.languages), words,
@@ -264,8 +188,6 @@ def _fasttext_table(config):
 def evaluators(config, active: Sequence[system.Task], tokenizer):
   """Image<->sentence retrieval per language (when images are trained: not in LP's pre-training)
   and translation retrieval, both with s."""
-  from mural import evaluate  # pylint: disable=g-import-not-at-top
-  from mural.data import eval_data  # pylint: disable=g-import-not-at-top
   retrieval, translation = eval_data.build_eval_sets(config, tokenizer)
   out = []
   if retrieval and any(t.name == "mm" for t in active):
@@ -275,6 +197,6 @@ def evaluators(config, active: Sequence[system.Task], tokenizer):
   return out
 
 
-SYSTEM = system.System(name="mule", get_config=get_config, tasks=tasks, build_model=build_model,
+SYSTEM = system.System(name="mule", get_config=defaults.get_config, tasks=tasks, build_model=build_model,
                        evaluators=evaluators, retrieval_heads=system.towers_embed,
                        initialisers=("model.text.embeddings_path",))

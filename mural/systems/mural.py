@@ -13,73 +13,35 @@ retrieval per language pair. ALIGN is this system without the t2t task
 The image-text and text-pair tasks are built by `image_text_task` /
 `text_pair_task`, which other systems reuse.
 
-Config files import this module, so it loads no JAX or TensorFlow at import:
-the functions that build tasks, the model and the evaluators import what
-they run (a config mistake is then reported before either loads).
+Its config defaults are mural/systems/defaults/mural.py.
 """
 
+import functools
 from typing import Sequence
 
-import ml_collections
+import jax.numpy as jnp
 
 from mural import config_lib
+from mural import evaluate
+from mural import lazy_import
+from mural import models
+from mural import ring_loss
+from mural import sharding
 from mural import system
+from mural.data import inputs
+from mural.systems.defaults import mural as defaults
 
-SYNTHETIC = dict(name="synthetic", weight=1.0)
-
-
-def image_text_config(**overrides) -> ml_collections.ConfigDict:
-  """config.tasks.i2t: ALIGN's image-text task."""
-  return ml_collections.ConfigDict(dict(dict(
-      weight=1.0,  # w_i2t.
-      learning_rate=1e-3,  # MURAL 3.2: 1e-3 for the image-text task.
-      batch_size=4096,  # Global (MURAL 3.2).
-      sources=[SYNTHETIC],  # Image-text sources (mural/data/sources.py).
-      text_head="i2t",  # Head of the text side ('' : the text tower output).
-      image_head="",  # Head of the image side ('' : the pooled image tower, as in ALIGN/MURAL).
-      loss_impl="ring",  # See LOSS_IMPLS.
-  ), **overrides))
-
-
-def text_pair_config(**overrides) -> ml_collections.ConfigDict:
-  """config.tasks.t2t: MURAL's translation-pair task."""
-  return ml_collections.ConfigDict(dict(dict(
-      weight=0.1,  # w_t2t (MURAL A.1: 0.1 : 1).
-      learning_rate=1e-4,  # MURAL 3.2: 1e-4 for the text-text task.
-      batch_size=4096,
-      sources=[SYNTHETIC],  # Text-pair sources; empty turns the task off (ALIGN).
-      head="t2t",  # Its own text head ('i2t' shares the image-text head).
-      temperature=0.01,  # MURAL 3.1: fixed.
-      margin=0.3,  # MURAL 3.1: additive margin on the positive cosine.
-      loss_impl="ring",  # See LOSS_IMPLS.
-  ), **overrides))
-
-
-def get_config() -> ml_collections.ConfigDict:
-  c = config_lib.base_config()
-  c.system = "mural"
-  c.tasks.i2t = image_text_config()
-  c.tasks.t2t = text_pair_config()
-  return c
+eval_data = lazy_import.module("mural.data.eval_data")  # TensorFlow: loaded when evaluating.
 
 
 _require = config_lib.require
 
 
-# How a task computes its in-batch softmax over the global batch (the same maths):
-#   ring: blockwise around the devices of the batch axes (mural/ring_loss.py): no device
-#         holds more than [b, b] logits (b the per-device batch); on one device: full;
-#   full: the B x B logit matrix (mural/losses.py), B^2 / n floats per device.
-LOSS_IMPLS = ("ring", "full")
-
 
 def _softmax_both_ways(config, name: str):
   """(x, y, temperature, margin, valid) -> (x2y, y2x) as config.tasks.<name>.loss_impl says."""
-  import functools  # pylint: disable=g-import-not-at-top
-  from mural import ring_loss  # pylint: disable=g-import-not-at-top
-  from mural import sharding  # pylint: disable=g-import-not-at-top
   impl = config.tasks[name].get("loss_impl", "ring")
-  _require(impl in LOSS_IMPLS, f"tasks.{name}.loss_impl", f"{impl!r} not in {LOSS_IMPLS}")
+  _require(impl in defaults.LOSS_IMPLS, f"tasks.{name}.loss_impl", f"{impl!r} not in {defaults.LOSS_IMPLS}")
   axes = ()
   if impl == "ring":
     axes = sharding.batch_spec(sharding.rules_from_config(config))[0] or ()
@@ -89,7 +51,6 @@ def _softmax_both_ways(config, name: str):
 
 def image_text_task(config, name: str = "i2t") -> system.Task:
   """Images and captions, contrastive both ways at the model's temperature."""
-  from mural.data import inputs  # pylint: disable=g-import-not-at-top
   c = config.tasks[name]
   text_head, image_head = c.text_head, c.image_head
   softmax = _softmax_both_ways(config, name)
@@ -109,7 +70,6 @@ def image_text_task(config, name: str = "i2t") -> system.Task:
 
 def text_pair_task(config, name: str = "t2t") -> system.Task:
   """Translation pairs, additive-margin softmax both ways at a fixed temperature."""
-  from mural.data import inputs  # pylint: disable=g-import-not-at-top
   c = config.tasks[name]
   _require(c.temperature > 0, f"tasks.{name}.temperature", f"must be positive, got {c.temperature}")
   _require(0 <= c.margin < 2, f"tasks.{name}.margin", f"must be in [0, 2), got {c.margin}")
@@ -117,7 +77,6 @@ def text_pair_task(config, name: str = "t2t") -> system.Task:
   softmax = _softmax_both_ways(config, name)
 
   def forward(model, batch, train):
-    import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
     # Both sides through the tower as one batch, so the program holds the tower once, not twice
     # (XLA's CPU compile time grows faster than the program). Rows interleave (left 0, right 0,
     # left 1, ...): a device's batch shard stays on that device.
@@ -142,7 +101,6 @@ def tasks(config) -> Sequence[system.Task]:
 
 def build_model(config, active: Sequence[system.Task]):
   """Towers from config.model, one head per name the tasks read; embedding sizes checked."""
-  from mural import models  # pylint: disable=g-import-not-at-top
   model = models.build_model(config.model, [h for t in active for h in t.heads])
   embed_dim = config.model.heads.embed_dim
   c = config.tasks.i2t
@@ -165,8 +123,6 @@ def retrieval_heads(config, active: Sequence[system.Task]):
 def evaluators(config, active: Sequence[system.Task], tokenizer):
   """Retrieval per language with the i2t heads; translation retrieval with the t2t head
   (the i2t text head when the t2t task is off, as for ALIGN)."""
-  from mural import evaluate  # pylint: disable=g-import-not-at-top
-  from mural.data import eval_data  # pylint: disable=g-import-not-at-top
   retrieval, translation = eval_data.build_eval_sets(config, tokenizer)
   i2t = config.tasks.i2t
   t2t_on = any(t.name == "t2t" for t in active)
@@ -180,5 +136,5 @@ def evaluators(config, active: Sequence[system.Task], tokenizer):
   return out
 
 
-SYSTEM = system.System(name="mural", get_config=get_config, tasks=tasks, build_model=build_model,
+SYSTEM = system.System(name="mural", get_config=defaults.get_config, tasks=tasks, build_model=build_model,
                        evaluators=evaluators, retrieval_heads=retrieval_heads)

@@ -63,92 +63,34 @@ LA models").
 """
 
 import functools
-import itertools
+import json
 from typing import Sequence
 
+from absl import logging
+from etils import epath
+import jax
+import jax.numpy as jnp
 import ml_collections
+import numpy as np
 
+from mural import clc
 from mural import config_lib
+from mural import evaluate
+from mural import lazy_import
+from mural import losses
+from mural import metric_log
+from mural import models
+from mural import saved_variables
 from mural import system
+from mural.data import inputs
+from mural.systems.defaults import smalr as defaults
+from mural.models import feature_tower
+from mural.models import hem
+from mural.models import multilingual
+from mural.models import word_lstm
 from mural.systems import mule
 
-SYNTHETIC = dict(name="synthetic", weight=1.0)
-
-ABLATIONS = {
-    "smalr": {},  # HEM + MCLM (+ NC, LC); CLC is an evaluator.
-    "hem": {"tasks.mm.mask_rate": 0.0, "tasks.pairs.mask_weight": 0.0},  # Without MCLM.
-    # Every word of every language language-specific (no latent vocabulary): the full per-language
-    # vocabularies SMALR is compared with; specific_words is raised to the vocabulary in apply_ablation.
-    "full_vocab": {"model.text.latent_tokens": 0},
-    # Phase 1: the latent vocabulary alone on paired sentences.
-    "pretrain": {"model.text.name": "latent_vocab", "tasks.latent.weight": 1.0, "tasks.mm.weight": 0.0,
-                 "tasks.pairs.weight": 0.0},
-}
-
-
-def apply_ablation(config, name: str):
-  """config with ABLATIONS[name]'s fields set."""
-  if name not in ABLATIONS:
-    raise config_lib.ConfigError(f"SMALR ablation {name!r} not in {sorted(ABLATIONS)}")
-  for key, value in ABLATIONS[name].items():
-    config_lib.set_field(config, key, value)
-  if name == "full_vocab":
-    config.model.text.specific_words = config.model.text.words_per_language - 2
-  return config
-
-
-def all_pairs(languages: Sequence[str]):
-  """'a-b' for every unordered pair of languages (MCLM: "all unique pairs of languages")."""
-  return [f"{a}-{b}" for a, b in itertools.combinations(languages, 2)]
-
-
-def get_config() -> ml_collections.ConfigDict:
-  c = mule.get_config()  # MULE's image side, word vocabularies and optimizer.
-  c.system = "smalr"
-  t = c.model.text
-  for name in ("word_dim", "mule_dim", "branches", "embeddings_path"):
-    del t[name]
-  t.name = "hem_lstm"
-  t.words_per_language = 25_000  # Id rows per language (2 reserved: padding, unknown).
-  t.specific_words = 5_000  # K: language-specific words per language.
-  t.specific_dim = 50  # FastText 300 -> PCA 50.
-  t.latent_tokens = 40_000  # T: the shared latent vocabulary (before unused tokens are dropped).
-  t.latent_dim = 50
-  t.hem_dim = 512  # The universal embedding (HEM output).
-  t.lstm_dim = 1024
-  t.output_dim = 512
-  # FastText .vec files, '{lang}' for the code: 300-d vectors of the vocabulary's words (needs
-  # data.word_vocab_path); PCA'd to specific_dim for the specific words, the pre-training's input.
-  t.embeddings_path = ""
-  t.word_dim = 300  # The .vec files' width; the pre-training's learned word vectors without them.
-  t.latent_workdir = ""  # A 'pretrain' run: its frozen assignment and latent features; "": hashed.
-  t.explore_p = 0.2
-  t.explore_top = 20
-  c.data.synthetic.translation_pair_list = all_pairs(c.data.synthetic.languages)
-
-  c.tasks = ml_collections.ConfigDict()
-  c.tasks.mm = ml_collections.ConfigDict(dict(
-      weight=1.0, learning_rate=1e-3, batch_size=450, sources=[SYNTHETIC],
-      margin=0.05, top_k=10,
-      sentence_weight=1.5,  # lambda_1: the sentence->image direction.
-      mask_rate=0.2,  # L_mm on masked sentences too; 0: off.
-      classifier_weight=1e-6,  # lambda_3 (L_adv); 0: no classifier.
-  ))
-  c.tasks.pairs = ml_collections.ConfigDict(dict(
-      weight=1.0, learning_rate=1e-3, batch_size=450, sources=[SYNTHETIC],  # Text pairs.
-      margin=0.05, top_k=10,
-      nc_weight=5e-2,  # lambda_4 (L_nc).
-      mask_weight=1e-4,  # lambda_2 (L_mask); 0: no MCLM.
-      mask_rate=0.2,
-  ))
-  c.tasks.latent = ml_collections.ConfigDict(dict(
-      weight=0.0,  # Phase 1 only (the 'pretrain' ablation).
-      learning_rate=1e-3, batch_size=450, sources=[SYNTHETIC], margin=0.05, top_k=10,
-  ))
-  # Cross-lingual consistency (evaluator): the first validation_images eval images train CLC-C.
-  c.clc = ml_collections.ConfigDict(dict(validation_images=500, hidden_dim=32, iterations=30,
-                                         learning_rate=1e-2))
-  return c
+eval_data = lazy_import.module("mural.data.eval_data")  # TensorFlow: loaded when evaluating.
 
 
 _require = config_lib.require
@@ -157,8 +99,6 @@ _positive_int = config_lib.positive_int
 
 def validate(config) -> None:
   """SMALR's own fields; one-line ConfigErrors naming the field."""
-  from mural import models  # pylint: disable=g-import-not-at-top
-  from mural.models import feature_tower  # pylint: disable=g-import-not-at-top
   t, im = config.model.text, config.model.image
   _require(t.name in ("hem_lstm", "latent_vocab"), "model.text.name",
            f"{t.name!r} not in ['hem_lstm', 'latent_vocab'] (SMALR's towers)")
@@ -215,19 +155,16 @@ def validate(config) -> None:
 
 def _word_mask(model, mask, rate: float):
   """bool [B, T]: each real word masked with probability `rate` (the step's dropout key)."""
-  import jax  # pylint: disable=g-import-not-at-top
   return jax.random.bernoulli(model.make_rng("dropout"), rate, mask.shape) & (mask > 0)
 
 
 def _mm_loss(image, text, c, valid):
-  from mural import losses  # pylint: disable=g-import-not-at-top
   _, parts = losses.top_k_triplet_loss(image, text, float(c.margin), int(c.top_k), valid)
   return parts["x2y"] + float(c.sentence_weight) * parts["y2x"], parts
 
 
 def image_sentence_task(config) -> system.Task:
   """L_mm on sentences (and masked sentences) + lambda_3 L_adv."""
-  from mural.data import inputs  # pylint: disable=g-import-not-at-top
   validate(config)
   c = config.tasks.mm
   rate, classifier_weight = float(c.mask_rate), float(c.classifier_weight)
@@ -257,8 +194,6 @@ def image_sentence_task(config) -> system.Task:
 
 def pairs_task(config) -> system.Task:
   """Captions of one scene in two languages: lambda_4 L_nc (on s and u) + lambda_2 L_mask."""
-  from mural import losses  # pylint: disable=g-import-not-at-top
-  from mural.data import inputs  # pylint: disable=g-import-not-at-top
   validate(config)
   c = config.tasks.pairs
   margin, k, rate = float(c.margin), int(c.top_k), float(c.mask_rate)
@@ -299,8 +234,6 @@ def pairs_task(config) -> system.Task:
 
 def latent_task(config) -> system.Task:
   """Phase 1: paired sentences, each the mean of its latent features, top-K triplet."""
-  from mural import losses  # pylint: disable=g-import-not-at-top
-  from mural.data import inputs  # pylint: disable=g-import-not-at-top
   validate(config)
   c = config.tasks.latent
   margin, k = float(c.margin), int(c.top_k)
@@ -332,8 +265,6 @@ def tasks(config) -> Sequence[system.Task]:
 
 def words_of(config):
   """Per language of config.data.languages, its words in the word vocabulary (None: none given)."""
-  import json  # pylint: disable=g-import-not-at-top
-  from etils import epath  # pylint: disable=g-import-not-at-top
   if not config.data.word_vocab_path:
     return None
   words = json.loads(epath.Path(config.data.word_vocab_path).read_text())["words"]
@@ -352,10 +283,6 @@ def _fasttext(config):
 def _read_fasttext(path_pattern, languages, word_vocab_path, words_per_language, word_dim, seed):
   """The last table read, kept: an export reads it for the model's assignment and again for its
   copy of phase 1 (frozen_inputs), and a .vec file of FastText's 2M words takes minutes."""
-  import json  # pylint: disable=g-import-not-at-top
-  from absl import logging  # pylint: disable=g-import-not-at-top
-  from etils import epath  # pylint: disable=g-import-not-at-top
-  from mural.models import word_lstm  # pylint: disable=g-import-not-at-top
   words = json.loads(epath.Path(word_vocab_path).read_text())["words"]
   table, found = word_lstm.load_fasttext(path_pattern, list(languages), words, words_per_language, word_dim,
                                          seed=seed)
@@ -367,8 +294,6 @@ def _read_fasttext(path_pattern, languages, word_vocab_path, words_per_language,
 def hybrid_tables(config):
   """(assignment [L*N], U latent tokens kept, latent features [U, latent_dim] or None, specific
   vectors or None): the frozen hybrid vocabulary of config (see the module docstring, phase 2)."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  from mural.models import hem  # pylint: disable=g-import-not-at-top
   t = config.model.text
   num_langs, n, k = len(config.data.languages), t.words_per_language, t.specific_words
   fasttext = _fasttext(config) if t.embeddings_path else None
@@ -380,7 +305,6 @@ def hybrid_tables(config):
   if not t.latent_tokens:
     return np.full(num_langs * n, -1, np.int32), 0, None, specific
   if t.latent_workdir:
-    from mural import saved_variables  # pylint: disable=g-import-not-at-top
     try:  # A workdir's checkpoint (its best step, else the newest that reads) or an export's copy.
       saved = saved_variables.read_variables(t.latent_workdir)[0]["params"]["text_tower"]
     except (FileNotFoundError, KeyError) as e:
@@ -413,8 +337,6 @@ def _warn_if_collapsed(workdir: str) -> None:
   """A phase 1 stopped in its early collapse gives an assignment that says little about meaning:
   phase 2 trains on it (a baseline) with a warning that says so and what to do. Read from phase
   1's metrics.jsonl (an export's copy of phase 1 has none: no check)."""
-  from absl import logging  # pylint: disable=g-import-not-at-top
-  from mural import metric_log  # pylint: disable=g-import-not-at-top
   cosine = metric_log.last_value(workdir, "latent/sentence_cosine")
   if cosine is not None and cosine > COLLAPSED_SENTENCE_COSINE:
     logging.warning(
@@ -429,7 +351,6 @@ def frozen_inputs(config):
   FastText rows it read as its word table when there were any, so that the frozen assignment
   comes out the same without the .vec files (hybrid_tables; model.text.embeddings_path then only
   initialised the specific vectors). Without phase 1 the assignment is a hash of config.seed."""
-  from mural import saved_variables  # pylint: disable=g-import-not-at-top
   t = config.model.text
   if t.name != "hem_lstm" or not t.latent_workdir:
     return {}
@@ -441,10 +362,6 @@ def frozen_inputs(config):
 
 def build_model(config, active: Sequence[system.Task]):
   """The towers from config.model, the classifier and MCLM predictors the active tasks read."""
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from mural import models  # pylint: disable=g-import-not-at-top
-  from mural.models import hem  # pylint: disable=g-import-not-at-top
-  from mural.models import multilingual  # pylint: disable=g-import-not-at-top
   validate(config)
   dtype, param_dtype = jnp.dtype(config.model.dtype), jnp.dtype(config.model.param_dtype)
   t, num_langs = config.model.text, len(config.data.languages)
@@ -468,9 +385,6 @@ def build_model(config, active: Sequence[system.Task]):
 def evaluators(config, active: Sequence[system.Task], tokenizer):
   """Retrieval per language (the plain query), cross-lingual consistency (CLC-A, CLC-C) when images
   are trained; translation retrieval."""
-  from mural import clc  # pylint: disable=g-import-not-at-top
-  from mural import evaluate  # pylint: disable=g-import-not-at-top
-  from mural.data import eval_data  # pylint: disable=g-import-not-at-top
   retrieval, translation = eval_data.build_eval_sets(config, tokenizer)
   out = []
   if retrieval and any(t.name == "mm" for t in active):
@@ -489,6 +403,6 @@ def evaluators(config, active: Sequence[system.Task], tokenizer):
   return out
 
 
-SYSTEM = system.System(name="smalr", get_config=get_config, tasks=tasks, build_model=build_model,
+SYSTEM = system.System(name="smalr", get_config=defaults.get_config, tasks=tasks, build_model=build_model,
                        evaluators=evaluators, retrieval_heads=system.towers_embed,
                        initialisers=("model.text.embeddings_path",), frozen_inputs=frozen_inputs)

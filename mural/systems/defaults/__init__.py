@@ -1,0 +1,1 @@
+"""Each system's config defaults, one light module per system (what config files import)."""
