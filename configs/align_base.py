@@ -3,7 +3,7 @@
 import pathlib
 
 from mural import config_lib
-from mural.systems import align
+from mural.systems.defaults import align
 
 
 def get_config():

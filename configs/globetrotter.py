@@ -16,7 +16,7 @@ an accelerator: configs/globetrotter_demo.py is the CPU version.
 """
 
 from mural import systems
-from mural.systems import globetrotter
+from mural.systems.defaults import globetrotter
 
 
 def get_config(variant: str = "full"):

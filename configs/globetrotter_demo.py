@@ -19,7 +19,7 @@ and ':text_only' and prints the table.
 """
 
 from mural import systems
-from mural.systems import globetrotter
+from mural.systems.defaults import globetrotter
 
 
 def get_config(variant: str = "full"):

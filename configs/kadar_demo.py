@@ -18,6 +18,7 @@ the rates above were measured with the linear decay to 0 at total_steps, then
 the only schedule.
 """
 
+from mural import config_lib
 from mural import systems
 
 LANGUAGES = ["en", "de", "fr", "cs"]
@@ -25,9 +26,7 @@ LANGUAGES = ["en", "de", "fr", "cs"]
 
 def get_config():
   c = systems.base_config("kadar")
-  c.model.image.variant = "b0"
-  c.model.image.width_coefficient = 0.25
-  c.model.image.depth_coefficient = 0.25
+  config_lib.backbone_from(c, config_lib.sibling(__file__, "demo.py"))  # Its frozen tower's run.
   c.model.image.output_dim = 128
   c.model.text.words_per_language = 512  # The built-in grammars use 30-60 words per language.
   c.model.text.word_dim = 64
@@ -35,12 +34,7 @@ def get_config():
   c.model.text.output_dim = 128
   c.model.text.max_len = 24
 
-  c.data.image_size = 32
   c.data.autotune = False  # Closing the pipeline is immediate (config_lib.py says why).
-  c.data.eval_resize = 32
-  c.data.random_flip = False  # Captions say left/right: a flip would make them false.
-  c.data.crop_area_range = (1.0, 1.0)
-  c.data.crop_aspect_range = (1.0, 1.0)
   c.data.synthetic.languages = list(LANGUAGES)
   c.data.languages = list(LANGUAGES)
   c.data.synthetic.translation_pair_list = [f"{a}-{b}" for i, a in enumerate(LANGUAGES) for b in LANGUAGES[i + 1:]]

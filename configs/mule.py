@@ -15,7 +15,7 @@ Sized for an accelerator: configs/mule_demo.py is the CPU version.
 """
 
 from mural import systems
-from mural.systems import mule
+from mural.systems.defaults import mule
 
 
 def get_config(ablation: str = "embn_nc_lc"):

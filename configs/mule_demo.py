@@ -24,17 +24,16 @@ sentence pairs against 20k for every other language), as French and Czech
 are in Multi30K (a fifth of the captions).
 """
 
+from mural import config_lib
 from mural import systems
-from mural.systems import mule
+from mural.systems.defaults import mule
 
 SCARCE = "sw"
 
 
 def get_config(ablation: str = "embn_nc_lc"):
   c = systems.base_config("mule")
-  c.model.image.variant = "b0"
-  c.model.image.width_coefficient = 0.25
-  c.model.image.depth_coefficient = 0.25
+  config_lib.backbone_from(c, config_lib.sibling(__file__, "demo.py"))  # Its frozen tower's run.
   c.model.image.hidden_dim = 256
   c.model.image.output_dim = 64
   c.model.text.words_per_language = 256  # The built-in grammars use 30-60 words per language.
@@ -44,12 +43,7 @@ def get_config(ablation: str = "embn_nc_lc"):
   c.model.text.output_dim = 64
   c.model.text.max_len = 24
 
-  c.data.image_size = 32
   c.data.autotune = False  # Closing the pipeline is immediate (config_lib.py says why).
-  c.data.eval_resize = 32
-  c.data.random_flip = False  # Captions say left/right: a flip would make them false.
-  c.data.crop_area_range = (1.0, 1.0)
-  c.data.crop_aspect_range = (1.0, 1.0)
   c.data.synthetic.pairs_per_language = {SCARCE: 300}
   c.data.synthetic.translation_pairs_per_pair = {f"en-{SCARCE}": 300}
   c.data.synthetic.eval_scenes = 200

@@ -17,17 +17,15 @@ whole path on real photos and text, it gives no paper numbers. Measured on
 as a schedule of their own end at mean mR 8.7 (chance 4.7).
 """
 
+from mural import config_lib
 from mural import systems
-from mural.systems import mule
-
-LANGUAGES = ["en", "zh", "ar", "de", "fr", "cs"]
+from mural.systems.defaults import mule
 
 
 def get_config(ablation: str = "embn_nc_lc"):
   c = systems.base_config("mule")
-  c.model.image.variant = "b0"
-  c.model.image.width_coefficient = 0.5
-  c.model.image.depth_coefficient = 0.5
+  flickr8k = config_lib.sibling(__file__, "flickr8k.py")  # Its frozen tower's run; the same data.
+  config_lib.backbone_from(c, flickr8k)
   c.model.image.hidden_dim = 1024
   c.model.image.output_dim = 256
   c.model.text.words_per_language = 8000
@@ -37,23 +35,18 @@ def get_config(ablation: str = "embn_nc_lc"):
   c.model.text.output_dim = 256
   c.model.text.max_len = 48
 
-  c.tasks.mm.sources = [dict(name="flickr8k", weight=1.0, languages=LANGUAGES)]
+  c.tasks.mm.sources = flickr8k.tasks.i2t.sources
   c.tasks.mm.batch_size = 128
   c.tasks.mm.learning_rate = 3e-4
-  c.tasks.nc.sources = [dict(name="multi30k", weight=1.0, kinds=["translation"],
-                             languages=["en", "de", "fr", "cs"])]
+  c.tasks.nc.sources = flickr8k.tasks.t2t.sources
   c.tasks.nc.batch_size = 128
   c.tasks.nc.learning_rate = 3e-4
   c.optim.warmup_steps = 200
   c.total_steps = 3000
 
-  c.data.languages = LANGUAGES
   c.data.word_min_count = 2
-  c.data.image_size = 64  # The size configs/flickr8k.py trains the frozen backbone at.
-  c.data.eval_resize = 73
-  c.data.shuffle_buffer = 20_000
-  c.data.eval_source = dict(name="flickr8k", split="dev")
-  c.data.eval_translations = dict(name="multi30k", split="test_2016_flickr")  # As configs/flickr8k.py.
+  for field in ("languages", "shuffle_buffer", "eval_source", "eval_translations"):
+    c.data[field] = flickr8k.data[field]
 
   c.log_every_steps = 50
   c.eval_every_steps = 500

@@ -17,7 +17,7 @@ the CPU version. FastText vectors: --config.model.text.embeddings_path.
 """
 
 from mural import systems
-from mural.systems import smalr
+from mural.systems.defaults import smalr
 
 
 def get_config(ablation: str = "smalr"):

@@ -23,15 +23,14 @@ EfficientNet: as for configs/mule_demo.py, pass a trained one
 of the 200 eval scenes train CLC-C; every CLC figure is on the other 100.
 """
 
+from mural import config_lib
 from mural import systems
-from mural.systems import smalr
+from mural.systems.defaults import smalr
 
 
 def get_config(ablation: str = "smalr"):
   c = systems.base_config("smalr")
-  c.model.image.variant = "b0"
-  c.model.image.width_coefficient = 0.25
-  c.model.image.depth_coefficient = 0.25
+  config_lib.backbone_from(c, config_lib.sibling(__file__, "demo.py"))  # Its frozen tower's run.
   c.model.image.hidden_dim = 256
   c.model.image.output_dim = 64
   t = c.model.text
@@ -45,12 +44,7 @@ def get_config(ablation: str = "smalr"):
   t.output_dim = 64
   t.max_len = 24
 
-  c.data.image_size = 32
   c.data.autotune = False  # Closing the pipeline is immediate (config_lib.py says why).
-  c.data.eval_resize = 32
-  c.data.random_flip = False  # Captions say left/right: a flip would make them false.
-  c.data.crop_area_range = (1.0, 1.0)
-  c.data.crop_aspect_range = (1.0, 1.0)
   c.data.synthetic.eval_scenes = 200
   c.clc.validation_images = 100
 

@@ -26,17 +26,15 @@ docs/systems.md, "On real data: Flickr8k"), as on the phase 1 of before (3000 st
 never left the collapse: 26 tokens in use; 6.7, 6.3, 7.4, 7.5 at 250-1000).
 """
 
+from mural import config_lib
 from mural import systems
-from mural.systems import smalr
-
-LANGUAGES = ["en", "zh", "ar", "de", "fr", "cs"]
+from mural.systems.defaults import smalr
 
 
 def get_config(ablation: str = "smalr"):
   c = systems.base_config("smalr")
-  c.model.image.variant = "b0"
-  c.model.image.width_coefficient = 0.5
-  c.model.image.depth_coefficient = 0.5
+  flickr8k = config_lib.sibling(__file__, "flickr8k.py")  # Its frozen tower's run; the same data.
+  config_lib.backbone_from(c, flickr8k)
   c.model.image.hidden_dim = 1024
   c.model.image.output_dim = 256
   t = c.model.text
@@ -48,8 +46,8 @@ def get_config(ablation: str = "smalr"):
   t.output_dim = 256
   t.max_len = 48
 
-  c.tasks.mm.sources = [dict(name="flickr8k", weight=1.0, languages=LANGUAGES)]
-  pairs = [dict(name="multi30k", weight=1.0, kinds=["translation"], languages=["en", "de", "fr", "cs"])]
+  c.tasks.mm.sources = flickr8k.tasks.i2t.sources
+  pairs = flickr8k.tasks.t2t.sources
   for name in ("mm", "pairs", "latent"):
     c.tasks[name].batch_size = 128
     c.tasks[name].learning_rate = 3e-4
@@ -61,13 +59,9 @@ def get_config(ablation: str = "smalr"):
   c.optim.warmup_steps = 200
   c.total_steps = 1000 if ablation == "pretrain" else 3000
 
-  c.data.languages = LANGUAGES
   c.data.word_min_count = 2
-  c.data.image_size = 64  # The size configs/flickr8k.py trains the frozen backbone at.
-  c.data.eval_resize = 73
-  c.data.shuffle_buffer = 20_000
-  c.data.eval_source = dict(name="flickr8k", split="dev")
-  c.data.eval_translations = dict(name="multi30k", split="test_2016_flickr")  # As configs/flickr8k.py.
+  for field in ("languages", "shuffle_buffer", "eval_source", "eval_translations"):
+    c.data[field] = flickr8k.data[field]
   c.clc.validation_images = 50
 
   c.log_every_steps = 50

@@ -8,9 +8,12 @@ checks its own extra fields when the system builds it. This file is the
 ground floor: it imports nothing of mural's.
 """
 
+import importlib.util
+import json
 from typing import Optional
 
 import ml_collections
+from etils import epath
 
 
 class ConfigError(ValueError):
@@ -425,7 +428,6 @@ def set_field(config, field: str, value) -> None:
 def from_file(path) -> ml_collections.ConfigDict:
   """`get_config()` of a config file (configs/*.py), for tests and notebooks; 'file.py:arg' passes
   arg to get_config, as --config does."""
-  import importlib.util  # pylint: disable=g-import-not-at-top
   path, arg = str(path), None
   if ".py:" in path:
     path, arg = path.split(".py:", 1)
@@ -442,11 +444,30 @@ def from_file(path) -> ml_collections.ConfigDict:
 # The config a workdir was trained with: --mode=train writes it, and --mode=eval|export
 # (or a resumed train) without --config read it back.
 
+# What a frozen image backbone (model.image.backbone_workdir) takes from the config of the run it
+# reads: the tower's shape, which its checkpoint must fit, and how its images were prepared, since
+# its features mean most on images like those it was trained on.
+BACKBONE_FIELDS = ("model.image.variant", "model.image.width_coefficient", "model.image.depth_coefficient",
+                   "data.image_size", "data.eval_resize", "data.random_flip", "data.crop_area_range",
+                   "data.crop_aspect_range")
+
+
+def backbone_from(config, trained) -> None:
+  """Sets BACKBONE_FIELDS of `config` (a system with a frozen image tower) to those of `trained`."""
+  for field in BACKBONE_FIELDS:
+    set_field(config, field, get_field(trained, field))
+
+
+def sibling(config_file: str, name: str) -> ml_collections.ConfigDict:
+  """The config of file `name` beside `config_file` ('file.py:arg' as --config takes): a config
+  file deriving from another."""
+  return from_file(str(epath.Path(config_file).parent / name))
+
+
 RECORD = "config.json"
 
 
 def record_path(workdir: str):
-  from etils import epath  # pylint: disable=g-import-not-at-top
   return epath.Path(workdir) / RECORD
 
 
@@ -457,7 +478,6 @@ def write_record(config: ml_collections.ConfigDict, workdir: str) -> None:
 
 def read_record(workdir: str) -> dict:
   """The values WORKDIR/config.json records, as JSON gives them."""
-  import json  # pylint: disable=g-import-not-at-top
   path = record_path(workdir)
   try:
     values = json.loads(path.read_text())
@@ -473,7 +493,6 @@ def read_record(workdir: str) -> dict:
 def flat(config) -> dict:
   """{dotted field name: its JSON value} (sequences as lists) of every leaf field of a config
   (or of the JSON values of one)."""
-  import json  # pylint: disable=g-import-not-at-top
   out = {}
 
   def walk(value, prefix):
@@ -507,7 +526,6 @@ def takes_text_tower(config) -> bool:
 def source_vocab(init_from: str) -> Optional[str]:
   """The wordpiece vocabulary the source was trained with: its vocab.txt (an export's, or a
   workdir's that learned one), else the data.vocab_path its config.json records; None if neither."""
-  from etils import epath  # pylint: disable=g-import-not-at-top
   path = epath.Path(init_from) / "vocab.txt"
   if path.exists():
     return str(path)

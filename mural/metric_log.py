@@ -19,8 +19,11 @@ from etils import epath
 
 from mural import config_lib
 from mural import disk_space
+from mural import lazy_import
 from mural import sharding
 from mural.state import TrainingError
+
+metric_writers = lazy_import.module("clu.metric_writers")  # With it TensorFlow: loaded by `writer`.
 
 
 class _DiskFullChecked:
@@ -41,7 +44,6 @@ class _DiskFullChecked:
 
 def writer(workdir: str):
   """A clu MetricWriter; clu (and with it TensorFlow) loads here, not at import."""
-  from clu import metric_writers  # pylint: disable=g-import-not-at-top
   if jax.process_index() == 0:
     return _DiskFullChecked(metric_writers.SummaryWriter(str(workdir)), str(workdir))
   return metric_writers.MultiWriter([])

@@ -21,7 +21,7 @@ and params as one that never stopped (tests/test_train.py). SIGTERM saves a
 checkpoint at the next step boundary and returns.
 
 The update step itself is mural/step.py. TensorFlow (the input pipeline, the vocab, clu's
-TensorBoard writer) is imported where the loop first needs it, not with this module: `build`
+TensorBoard writer) is imported where the loop first needs it (`lazy_import`), not with this module: `build`
 and the step run without it (benchmarks, export, a GPU host that lacks it).
 """
 
@@ -44,6 +44,7 @@ from mural import device_memory
 from mural import disk_space
 from mural import evaluate as evaluate_lib
 from mural import host_memory
+from mural import lazy_import
 from mural import metric_log
 from mural import optim
 from mural import sharding
@@ -52,6 +53,9 @@ from mural import system as system_lib
 from mural import systems
 from mural import warm_start
 from mural.state import TrainState
+
+pipeline = lazy_import.module("mural.data.pipeline")  # TensorFlow: loaded when the loop reads data.
+vocab = lazy_import.module("mural.data.vocab")
 
 
 # ---------------------------------------------------------------------------
@@ -207,7 +211,6 @@ def _setup_for(config, setup: Optional[Setup]) -> Setup:
 
 def input_pipeline(config, setup: Setup, workdir: str):
   """(tokenizer, this process's training iterator)."""
-  from mural.data import pipeline, vocab  # pylint: disable=g-import-not-at-top
   tokenizer = vocab.tokenizer(config, system_lib.vocabulary_tasks(setup.system, config), workdir)
   return tokenizer, pipeline.build_train_iterator(
       config, setup.tasks, tokenizer, process_index=jax.process_index(),
@@ -300,7 +303,6 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
   ended = _run_ended_at(config, checkpoints, checkpoints.latest_step())
   warm = None  # A warm start's source is read and matched first: a bad one fails before compiling.
   if config.init_from and checkpoints.latest_step() is None:
-    from mural.data import vocab  # pylint: disable=g-import-not-at-top
     warm = warm_start.match(setup.abstract_state, config, vocab.wordpiece_path(config, workdir))
   compiling = None if ended else compile_train_step_in_background(setup)
   train_step = jit_train_step(setup)
@@ -310,7 +312,6 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
   if train_iter is None:
     tokenizer, train_iter = input_pipeline(config, setup, workdir)
   if evaluators is None:
-    from mural.data import vocab  # pylint: disable=g-import-not-at-top
     tokenizer = tokenizer or vocab.tokenizer(
         config, system_lib.vocabulary_tasks(setup.system, config), workdir)
     evaluators = setup.system.evaluators(config, setup.tasks, tokenizer)
@@ -440,7 +441,6 @@ def evaluate(config, workdir: str, *, step: Optional[int] = None,
     raise FileNotFoundError(f"no checkpoint in {checkpoints.directory}; train first (--mode=train)")
   checkpoints.close()
   if evaluators is None:
-    from mural.data import vocab  # pylint: disable=g-import-not-at-top
     tokenizer = vocab.tokenizer(config, system_lib.vocabulary_tasks(setup.system, config), workdir,
                                  learn_missing=False)
     evaluators = setup.system.evaluators(config, setup.tasks, tokenizer)

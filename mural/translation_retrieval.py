@@ -18,6 +18,13 @@ from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 
+from mural import lazy_import
+
+# TensorFlow and the built-in data's modules: loaded for the word-translation evaluation only.
+tf = lazy_import.module("tensorflow")
+synthetic = lazy_import.module("mural.data.synthetic")
+tokenizer_lib = lazy_import.module("mural.data.tokenizer")
+
 
 def multiway_translation_score(embeddings: np.ndarray, scene: np.ndarray, lang: np.ndarray) -> Dict[str, float]:
   """Share of each query's M - 1 translations ranked in its top M - 1, among all other sentences.
@@ -186,9 +193,6 @@ class WordTranslation:
 def synthetic_word_translation(config, tokenizer, table_path: Sequence[str]) -> Optional[WordTranslation]:
   """WordTranslation on the built-in eval scenes: concepts are their objects' shapes and colours;
   each language's gold word is found in its captions (concept_tokens)."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from mural.data import synthetic  # pylint: disable=g-import-not-at-top
-  from mural.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   data = synthetic.build_eval_data(config)
   per_scene = config.data.synthetic.eval_captions_per_scene
   # Shapes and colours: nouns and adjectives with one stem each. Sizes and relations are left

@@ -14,7 +14,7 @@ from conftest import ROOT
 LAYERS = (
     ("base: no mural imports, or the config layer's own", (
         "mural", "mural.config_lib", "mural.lazy_import", "mural.disk_space", "mural.state",
-        "mural.host_memory", "mural.distributed", "mural.kernels")),
+        "mural.host_memory", "mural.distributed", "mural.kernels", "mural.systems.defaults")),
     ("core: meshes, optimizers, losses, metrics, tasks as values, checkpoints", (
         "mural.sharding", "mural.optim", "mural.metrics", "mural.losses", "mural.ring_loss",
         "mural.clc", "mural.system", "mural.orbax_quiet", "mural.checkpointing", "mural.saved_variables")),
@@ -123,3 +123,28 @@ def test_the_walk_sees_function_local_and_lazy_imports():
   graph = _graph()
   assert "mural.data.sources" in graph["mural.data.inputs"]  # lazy_import.module("mural.data.sources").
   assert "mural.data.vocab" in graph["mural.export"]  # Inside export(): function-local.
+
+
+# Modules whose functions may hold import statements, and why (docs/design.md, "Layers"). Entry
+# points and tools load only what the chosen mode or command runs; elsewhere an import is at the
+# top of its module, or `lazy_import.module(...)` there when it loads TensorFlow for one use.
+LOCAL_IMPORTS = {
+    "mural.data": "TensorFlow is first imported inside the calls that configure it",
+    "mural.distributed": "a private JAX module, read only when a distributed client is shut down",
+}
+
+
+def _has_function_local_import(path) -> bool:
+  for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+      if any(isinstance(n, (ast.Import, ast.ImportFrom)) for n in ast.walk(node)):
+        return True
+  return False
+
+
+def test_function_local_imports_only_where_the_layout_says():
+  tools = len(LAYERS) - 1
+  local = sorted(name for name, path in _modules().items()
+                 if _layer(name) != tools and name not in LOCAL_IMPORTS
+                 and _has_function_local_import(path))
+  assert local == [], "import at the top, or through lazy_import.module at the top"

@@ -574,6 +574,7 @@ except SystemExit as e:
 @pytest.mark.parametrize("args", [
     ["--config=configs/tiny.py", "--config.optim.b1=1.5", "--workdir=/tmp/x"],  # A bad value.
     ["--config=configs/tiny.py", "--config.total_stepz=3"],  # A misspelt field.
+    ["--config=configs/smalr_demo.py", "--config.total_stepz=3"],  # The same, in another system's file.
     ["--config=configs/tiny.py", "--config.system=clip", "--workdir=/tmp/x"],  # An unknown system.
     ["--config=configs/tiny.py", "--config.data.synthetic.translation_pairs_per_pair={'en-xx': 0}",
      "--workdir=/tmp/x"],  # A bad value of the built-in data.

@@ -1,6 +1,7 @@
 """mural's input side: sources, record kinds, the tf.data pipeline, vocabulary, eval sets."""
 
 import contextlib
+import logging
 import os
 import sys
 import tempfile
@@ -52,7 +53,6 @@ def set_tensorflow_intra_op_threads(threads: int) -> None:
   took 96 CPU-ms per batch with 1 thread, 111-138 with the default 2 (benchmarks/README.md).
   Call it before TensorFlow runs an op; later, a warning says it did nothing.
   """
-  import logging  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   if threads:
     try:
@@ -70,7 +70,6 @@ def hide_accelerators_from_tensorflow():
   devices (mural.main, mural.data.convert). The CUDA probe's lines on a
   machine without CUDA are dropped: they say nothing about this run.
   """
-  import logging  # pylint: disable=g-import-not-at-top
   with _without_cuda_probe_lines():
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     failures = []

@@ -81,8 +81,11 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from PIL import Image
+from absl import app
+from absl import flags
 import tensorflow as tf
 
+from mural import data
 from mural import disk_space
 from mural.data import preprocess
 
@@ -448,7 +451,6 @@ def _chain(first_rows, rest):
 
 
 def _define_flags():
-  from absl import flags  # pylint: disable=g-import-not-at-top
   flags.DEFINE_string("input", None, "CSV/TSV file of image path, caption, lang rows.", required=True)
   flags.DEFINE_string("output_dir", None, "Where the TFRecord shards go.", required=True)
   flags.DEFINE_integer("num_shards", 8, "Number of output shards (>= the number of reading hosts).")
@@ -466,8 +468,6 @@ def _define_flags():
 
 
 def main(argv):
-  from absl import flags  # pylint: disable=g-import-not-at-top
-  from mural import data  # pylint: disable=g-import-not-at-top
   del argv
   data.hide_accelerators_from_tensorflow()
   f = flags.FLAGS
@@ -487,6 +487,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from absl import app  # pylint: disable=g-import-not-at-top
   _define_flags()
   app.run(main)

@@ -42,6 +42,7 @@ import tarfile
 import zlib
 from typing import Dict, Iterator, Sequence
 
+from PIL import Image
 import tensorflow as tf
 
 from mural.data import records
@@ -83,7 +84,6 @@ def read_samples(path: str, partial: bool = True) -> Iterator[Dict[str, bytes]]:
 def _webp_to_png(data: bytes) -> bytes:
   """WebP -> PNG (the pipeline decodes JPEG/PNG only); bytes Pillow cannot read pass unchanged."""
   try:
-    from PIL import Image  # pylint: disable=g-import-not-at-top
     with Image.open(io.BytesIO(data)) as image:
       out = io.BytesIO()
       image.convert("RGB").save(out, "PNG", compress_level=1)

@@ -28,16 +28,20 @@ which raises OperatorNotAllowedInGraphError when the pipeline is built.
 """
 
 import dataclasses
+import gzip
 import logging
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import tensorflow as tf
 
+from mural import lazy_import
 from mural.data import flickr8k
 from mural.data import img2dataset
 from mural.data import multi30k
 from mural.data import synthetic
 from mural.data.records import check_process, list_files, shard_files, source_fields
+
+tfds = lazy_import.module("tensorflow_datasets")  # A slow import: loaded by the tfds source only.
 
 _AUTOTUNE = tf.data.AUTOTUNE
 _SCHEMA_PROBE_RECORDS = 16  # Records of the first file checked for the configured fields.
@@ -176,7 +180,6 @@ PAIR_KEYS = ("left", "right", "left_lang", "right_lang")
 
 def _first_line(path: str, compression: str) -> str:
   if compression == "GZIP":
-    import gzip  # pylint: disable=g-import-not-at-top
     with tf.io.gfile.GFile(path, "rb") as raw, gzip.open(raw, "rt", encoding="utf-8") as f:
       return f.readline().rstrip("\r\n")
   with tf.io.gfile.GFile(path, "r") as f:
@@ -278,8 +281,6 @@ def tfds_image_text(source_config, split: str, process_index: int, process_count
   features stay encoded (SkipDecoding). Processes get disjoint
   `tfds.even_splits` parts.
   """
-  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top  (slow import; only this source)
-
   cfg = source_fields(source_config, "tfds", dict(
       dataset=None, data_dir=None, splits={}, image_field="image", caption_field="caption",
       lang_field="", lang=""))

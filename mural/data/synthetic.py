@@ -74,6 +74,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from mural import config_lib
+from mural import lazy_import
 from mural.data.synthetic_grammars import caption
 from mural.data.synthetic_grammars import LANGUAGES
 from mural.data.synthetic_grammars import SCRIPTS
@@ -82,6 +83,8 @@ from mural.data.synthetic_render import render
 from mural.data.synthetic_scenes import sample_description
 from mural.data.synthetic_scenes import views
 from mural.data.synthetic_settings import Settings
+
+tf = lazy_import.module("tensorflow")  # For the tf.data sources only: the generator is NumPy.
 
 __all__ = [
     # Re-exported from synthetic_settings.py and synthetic_grammars.py.
@@ -256,7 +259,6 @@ _PY_CALLS = 1
 
 def _index_dataset(n: int, process_index: int, process_count: int, start_index: int,
                    num_epochs: Optional[int]):
-  import tensorflow as tf  # Deferred: the pure generator needs no TensorFlow.
   if not 0 <= process_index < process_count:
     raise ValueError(f"process_index {process_index} not in [0, {process_count})")
   if start_index < 0:
@@ -280,7 +282,6 @@ def image_text_source(config, split: str, process_index: int, process_count: int
   start_index = k * process_count. Index i >= epoch size continues in epoch
   i // size (a fresh order); num_epochs=None makes it endless. languages: only these
   (Settings.restricted)."""
-  import tensorflow as tf
   settings = Settings.from_config(config).restricted(languages)
   _check_split(split)
   s = settings.render_size
@@ -306,7 +307,6 @@ def text_pair_source(config, split: str, process_index: int, process_count: int,
                      *, num_epochs: Optional[int] = 1, languages: Sequence[str] = ()):
   """tf.data of {'left','right','left_lang','right_lang'} strings (config and
   indexing as image_text_source)."""
-  import tensorflow as tf
   settings = Settings.from_config(config).restricted(languages)
   _check_split(split)
   if split == "train" and settings.withhold_parallel_text:

@@ -39,10 +39,12 @@ import collections
 import json
 from typing import Dict, Iterator, Optional, Sequence, Tuple
 
+import jax
 import numpy as np
 import tensorflow as tf
 from absl import logging
 from etils import epath
+from jax.experimental import multihost_utils
 from tensorflow_text.python.ops.bert_tokenizer import BasicTokenizer
 
 from mural import config_lib
@@ -193,8 +195,6 @@ class WordTokenizer:
 def tokenizer(config, tasks: Sequence, workdir: str, learn_missing: bool = True) -> WordTokenizer:
   """config.data.word_vocab_path, else workdir/words.json (learned once, by process 0: `learn`),
   as a tokenizer."""
-  import jax  # pylint: disable=g-import-not-at-top
-  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
   t = config.model.text
   union = bool(config.data.get("word_vocab_union", False))
   given = config.data.get("word_vocab_path", "")

@@ -30,6 +30,7 @@ file keep their random row.
 """
 
 import itertools
+import os
 from typing import Any, Optional, Sequence
 
 import flax.linen as nn
@@ -38,7 +39,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from mural import config_lib
+from mural import lazy_import
 from mural.models.multilingual import grouped_matmul
+
+word_vocab = lazy_import.module("mural.data.word_vocab")  # TensorFlow: for reading .vec files only.
 
 BRANCHES = ("shared", "per_language")
 CELLS = ("lstm", "gru")
@@ -176,8 +180,6 @@ def load_fasttext(path_pattern: str, languages: Sequence[str], words: dict, word
   file does not exist keeps random rows (logged by the caller). words: lang ->
   word list of the vocabulary (word k has row l*N + 2 + k).
   """
-  from mural.data import word_vocab  # pylint: disable=g-import-not-at-top
-  import os  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(seed)
   table = rng.normal(0.0, word_dim ** -0.5, (len(languages) * words_per_language, word_dim)).astype(np.float32)
   found = {}
