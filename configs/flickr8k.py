@@ -2,12 +2,15 @@
 
     python -m mural.main --config=configs/flickr8k.py --workdir=/tmp/mural_flickr8k
 
-Data (read in place, never copied; see ../shared/data/README.md):
-  image-text: flickr8k_1k train split, captions in en, zh, ar, de, fr, cs
-              ($MURAL_FLICKR8K_DIR or <repo>/../shared/data/flickr8k_1k);
+Data (the releases' folders, read in place; docs/data.md says where to get them):
+  image-text: Flickr8k's train split, captions in en, zh, ar, de, fr, cs
+              ($MURAL_FLICKR8K_DIR: Flicker8k_Dataset/ and the caption files);
   text-text:  Multi30k task 1 translations, every pair of en, de, fr, cs
-              ($MURAL_MULTI30K_DIR or <repo>/../shared/data/multi30k);
-  eval:       flickr8k_1k dev split (113 images), i2t/t2i R@1/5/10 and mR per language.
+              ($MURAL_MULTI30K_DIR, which also gives the de, fr, cs captions above);
+  eval:       Flickr8k's dev split, i2t/t2i R@1/5/10 and mR per language.
+The figures below are on the first 875 photos outside the test split (753
+train, 113 dev: `python -m mural.data.flickr8k_subset --photos=875` writes
+that folder from the release); on all 8,000 the same config trains on 6,000.
 About 750 training images: a small model trained from scratch learns the
 task slowly and would overfit soon; this config checks the whole path on
 real photos and multilingual text (and is a start for fine-tuning
@@ -73,7 +76,7 @@ def get_config():
   c.data.languages = LANGUAGES
   c.data.image_size = 64
   c.data.eval_resize = 73  # Centre crop of 64 from 73: the 128/146 of the earlier recipe.
-  c.data.shuffle_buffer = 20_000  # All of flickr8k_1k's train captions.
+  c.data.shuffle_buffer = 20_000  # All the 875-photo subset's train captions.
   c.data.eval_source = dict(name="flickr8k", split="dev")
   # Multi30k's 1000 held-out test captions in en, de, fr, cs: translation retrieval per pair.
   c.data.eval_translations = dict(name="multi30k", split="test_2016_flickr")

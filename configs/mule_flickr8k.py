@@ -3,10 +3,10 @@
     python -m mural.main --config=configs/mule_flickr8k.py --workdir=/tmp/mule_flickr8k \
         --config.model.image.backbone_workdir=/tmp/mural_flickr8k
 
-  mm: flickr8k_1k train split (en, zh, ar, de, fr, cs), image-sentence triplet + LC;
+  mm: Flickr8k's train split (en, zh, ar, de, fr, cs), image-sentence triplet + LC;
   nc: Multi30k task 1 translations between en, de, fr, cs (Multi30K is the
       paper's own dataset: these are sentences of the same Flickr30k images);
-  eval: flickr8k_1k dev split, mR per language.
+  eval: Flickr8k's dev split, mR per language.
 The frozen backbone is configs/flickr8k.py's image tower (B0 at half
 width/depth, 64 px): train that config first and pass its workdir, as the
 paper uses ImageNet features; without it the features are a seeded,

@@ -6,11 +6,11 @@
         --config.data.word_vocab_path=/tmp/smalr_f8k_lv/words.json \
         --config.model.image.backbone_workdir=/tmp/mural_flickr8k
 
-  mm: flickr8k_1k train split (en, zh, ar, de, fr, cs), L_mm on sentences and masked
+  mm: Flickr8k's train split (en, zh, ar, de, fr, cs), L_mm on sentences and masked
       sentences + LC;
   pairs, latent: Multi30k task 1 translations between en, de, fr, cs (sentences of the
       same Flickr30k images; Multi30K is the paper's own dataset);
-  eval: flickr8k_1k dev split (113 images): mR per language; CLC-C trains on the first
+  eval: Flickr8k's dev split (113 images): mR per language; CLC-C trains on the first
       50 images, the plain query, CLC-A and CLC-C are compared on the other 63. A
       language without a caption of an image gives its query's own score there.
 The frozen backbone is configs/flickr8k.py's image tower (train it first, as

@@ -364,25 +364,36 @@ def tiny_vocab(tmp_path_factory) -> str:
     return done.read_text()
 
 
-def _data_dir_or_skip(module, name: str) -> str:
-  try:
-    return module.data_dir()
-  except ValueError as e:
-    pytest.skip(f"{name} data not available: {e}")
+# The real data the tests read (the project's shared data folder, or $MURAL_TEST_DATA): Multi30k's
+# release folder and the 875-photo Flickr8k subset (flickr8k_1k: its photos in images/, the release's
+# text files in text/), which the flickr8k_dir fixture writes into the release's layout.
+TEST_DATA = pathlib.Path(os.environ.get("MURAL_TEST_DATA", ROOT.parent / "shared" / "data"))
+if not os.environ.get("MURAL_MULTI30K_DIR") and (TEST_DATA / "multi30k" / "task1").is_dir():
+  os.environ["MURAL_MULTI30K_DIR"] = str(TEST_DATA / "multi30k")  # As a user sets it; subprocesses too.
 
 
 @pytest.fixture(scope="session")
 def multi30k_dir() -> str:
-  """The Multi30k release dir ($MURAL_MULTI30K_DIR or <repo>/../shared/data/multi30k); skips if absent."""
+  """The Multi30k release folder ($MURAL_MULTI30K_DIR); skips if absent."""
   from mural.data import multi30k  # pylint: disable=g-import-not-at-top
-  return _data_dir_or_skip(multi30k, "Multi30k")
+  try:
+    return multi30k.data_dir()
+  except ValueError as e:
+    pytest.skip(f"Multi30k data not available: {e}")
 
 
 @pytest.fixture(scope="session")
-def flickr8k_dir() -> str:
-  """The flickr8k_1k dir ($MURAL_FLICKR8K_DIR or <repo>/../shared/data/flickr8k_1k); skips if absent."""
-  from mural.data import flickr8k  # pylint: disable=g-import-not-at-top
-  return _data_dir_or_skip(flickr8k, "Flickr8k")
+def flickr8k_dir(tmp_path_factory, multi30k_dir) -> str:
+  """A Flickr8k folder in the release's layout: the 875 photos of TEST_DATA/flickr8k_1k, written so
+  by mural.data.flickr8k_subset; skips if absent. Its de, fr and cs captions come from Multi30k."""
+  from mural.data import flickr8k_subset  # pylint: disable=g-import-not-at-top
+  source = TEST_DATA / "flickr8k_1k"
+  if not (source / "images").is_dir():
+    pytest.skip(f"Flickr8k data not available: no {source}/images (set MURAL_TEST_DATA or MURAL_FLICKR8K_DIR)")
+  out = tmp_path_factory.mktemp("flickr8k") / "flickr8k"
+  flickr8k_subset.write(str(source), str(out), photos=875)
+  os.environ["MURAL_FLICKR8K_DIR"] = str(out)  # For the commands the tests run.
+  return str(out)
 
 
 # ---- Scheduling under pytest-xdist (`make test`: -n 2 --dist loadfile --no-loadscope-reorder) ----

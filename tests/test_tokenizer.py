@@ -1,7 +1,6 @@
 """Wordpiece tokenizer on real multilingual captions: ids, mask, round trip, edge cases."""
 
 import csv
-import os
 import re
 import unicodedata
 
@@ -10,6 +9,8 @@ import pytest
 import tensorflow as tf
 
 from mural.data import tokenizer as tok_lib
+
+from conftest import TEST_DATA
 
 # Written for these tests (no such captions in the data): Russian, Hindi, Japanese.
 HANDWRITTEN = {
@@ -32,13 +33,11 @@ VOCAB_SIZE = 3000
 
 def _real_captions():
   """First 400 captions per language of flickr8k_1k/captions.tsv, or None when absent."""
-  from mural.data import flickr8k
-  try:
-    root = flickr8k.data_dir()
-  except ValueError:
+  path = TEST_DATA / "flickr8k_1k" / "captions.tsv"
+  if not path.exists():
     return None
   out = {lang: [] for lang in REAL_LANGS}
-  with open(os.path.join(root, "captions.tsv"), encoding="utf-8") as f:
+  with open(path, encoding="utf-8") as f:
     for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE):
       if len(out[row["lang"]]) < 400:
         out[row["lang"]].append(row["caption"])
@@ -90,7 +89,7 @@ def _sentences(corpus, lang):
   if lang in HANDWRITTEN:
     return HANDWRITTEN[lang]
   if not corpus["real"]:
-    pytest.skip("Flickr8k captions not available (MURAL_FLICKR8K_DIR)")
+    pytest.skip("Flickr8k captions not available (MURAL_TEST_DATA/flickr8k_1k)")
   return corpus["real"][lang][:3]
 
 
@@ -209,7 +208,7 @@ def test_build_from_dataset_equals_build_from_list(tmp_path):
 
 def test_vocab_cap_drops_rarest_pieces_and_keeps_every_character(corpus, tmp_path):
   if not corpus["real"]:
-    pytest.skip("Flickr8k captions not available (MURAL_FLICKR8K_DIR)")
+    pytest.skip("Flickr8k captions not available (MURAL_TEST_DATA/flickr8k_1k)")
   texts = corpus["real"]["en"] + corpus["real"]["cs"]
   # On this corpus the learner returns ~1070 pieces for any target >= 800.
   uncapped = tok_lib.build_vocab(texts, 100_000, str(tmp_path / "u.txt"))

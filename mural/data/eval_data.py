@@ -5,9 +5,11 @@ from config.data.eval_source (a dict; 'name' picks the builder in EVAL_SOURCES):
   'synthetic': held-out scenes of mural.data.synthetic (config.data.synthetic):
       one image per scene shared by every language, captions per language, and
       aligned caption pairs per translation pair.
-  'flickr8k': real photos of a Flickr8k split (fields: split 'dev', path
-      None, caption_sources None, max_images 0 = all) with their captions per
-      language; no translation sets (its languages are not line-aligned).
+  'flickr8k': real photos of a Flickr8k split, the release's folder
+      (mural/data/flickr8k.py; fields: split 'dev', path None: $MURAL_FLICKR8K_DIR,
+      caption_sources None, max_images 0 = all, multi30k_path None:
+      $MURAL_MULTI30K_DIR) with their captions per language; no translation sets
+      (its languages are not line-aligned).
   'records': the user's held-out image-text records, in any format training reads
       (fields: source, an image-text source's dict as in config.tasks.*.sources, e.g.
       dict(name='tfrecord', files='/data/heldout-*.tfrecord'); split 'eval', the
@@ -153,13 +155,13 @@ def synthetic_eval_sets(config, tokenizer) -> Tuple[List[EvalSet], List[Translat
 
 def flickr8k_eval_sets(config, tokenizer) -> Tuple[List[EvalSet], List[TranslationEvalSet]]:
   cfg = _source_fields(config.data.eval_source, dict(split="dev", path=None, caption_sources=None,
-                                                     max_images=0))
+                                                     max_images=0, multi30k_path=None))
   languages = [l for l in flickr8k.LANGUAGES if l in config.data.languages]
   if not languages:
     raise ValueError(f"config.data.eval_source: none of Flickr8k's languages {flickr8k.LANGUAGES} "
                      f"is in config.data.languages {list(config.data.languages)}")
   max_images = _count("eval_source", cfg["max_images"], "max_images")
-  data = flickr8k.eval_data(cfg["split"], languages, cfg["path"], cfg["caption_sources"])
+  data = flickr8k.eval_data(cfg["split"], languages, cfg["path"], cfg["caption_sources"], cfg["multi30k_path"])
   n = len(data.images) if not max_images else min(max_images, len(data.images))
   images = eval_images(_decode_files(data.images[:n]), config.data)
   sets = []

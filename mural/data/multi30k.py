@@ -16,10 +16,11 @@ import itertools
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
-import tensorflow as tf
-
+from mural import lazy_import
 from mural.data import paths
 from mural.data import records
+
+tf = lazy_import.module("tensorflow")  # For the tf.data source only.
 
 ENV_VAR = "MURAL_MULTI30K_DIR"
 LANGUAGES = ("en", "de", "fr", "cs")  # Task 1; test_2017_* have no cs.
@@ -40,8 +41,8 @@ PAIR_KINDS = ("translation", "comparable")
 
 
 def data_dir(path: Optional[str] = None) -> str:
-  """path -> $MURAL_MULTI30K_DIR -> <repo>/../shared/data/multi30k; ValueError naming what was tried."""
-  return paths.resolve_data_dir(path, ENV_VAR, "multi30k", "task1/", "Multi30k")
+  """path, else $MURAL_MULTI30K_DIR; ValueError naming what was tried."""
+  return paths.resolve_data_dir(path, ENV_VAR, "Multi30k", ("task1/",))
 
 
 def _read_lines(path: str) -> List[str]:
@@ -166,10 +167,10 @@ def _language_pairs(cfg) -> List[Tuple[str, str]]:
 
 
 def text_pair_source(source_config, split: str, process_index: int, process_count: int,
-                      config=None) -> tf.data.Dataset:
+                      config=None):
   """'multi30k' t2t source.
 
-  Fields: path (None: $MURAL_MULTI30K_DIR, then <repo>/../shared/data/multi30k),
+  Fields: path (None: $MURAL_MULTI30K_DIR),
   kinds (['translation']; add 'comparable' for task 2 en-de same-image
   captions, 25 per image), languages (['en','de','fr','cs']), language_pairs
   (None: every pair of `languages`; or ['en-de', ...]). Elements are grouped
