@@ -8,8 +8,10 @@ checks its own extra fields when the system builds it. This file is the
 ground floor: it imports nothing of mural's.
 """
 
+import copy
 import importlib.util
 import json
+import re
 from typing import Optional
 
 import ml_collections
@@ -139,6 +141,11 @@ def base_config() -> ml_collections.ConfigDict:
   # Held-out translation pairs besides the eval source's own (mural/data/eval_data.py): {name: ''}
   # (none), or {name: 'multi30k', split: 'test_2016_flickr', path: None, max_pairs: 0 (all)}.
   c.data.eval_translations = dict(name="")
+  # More eval data, each evaluated beside the above in its own table, under its own name
+  # (evaluate.evaluators_for): {name: {source: <an eval_source dict>, translations: <an
+  # eval_translations dict>}}, either key optional. Its results are '<name>.<set>/<metric>'
+  # (e.g. 'heldout.mean/mR': early_stopping.metric can name one).
+  c.data.eval_sets = ml_collections.ConfigDict()
   # Built-in rendered-scene data (mural/data/synthetic.py; its docstring has
   # the recipe that shows MURAL's claim).
   c.data.synthetic = ml_collections.ConfigDict()
@@ -288,6 +295,16 @@ def _validate_data(d: ml_collections.ConfigDict) -> None:
   _require("name" in d.eval_source, "data.eval_source", f"needs a 'name', got {dict(d.eval_source)!r}")
   _require("name" in d.eval_translations, "data.eval_translations",
            f"needs a 'name' ('' for none), got {dict(d.eval_translations)!r}")
+  for name, entry in d.eval_sets.items():
+    field = f"data.eval_sets.{name}"
+    _require(re.fullmatch(r"[A-Za-z][\w-]*", name) is not None, field,
+             "a name of letters, digits, '_' and '-' (it prefixes its results)")
+    _require(hasattr(entry, "keys") and set(entry.keys()) <= {"source", "translations"} and len(entry) > 0,
+             field, f"must be a dict with 'source' and/or 'translations', got {entry!r}")
+    for key in entry.keys():
+      _require(hasattr(entry[key], "keys") and "name" in entry[key], f"{field}.{key}",
+               f"needs a 'name', as data.eval_{'source' if key == 'source' else 'translations'}; "
+               f"got {entry[key]!r}")
 
 
 def _validate_task(t: ml_collections.ConfigDict, field: str) -> None:
@@ -423,6 +440,17 @@ def set_field(config, field: str, value) -> None:
   for key in parents:
     node = node[key]
   node[leaf] = value
+
+
+def with_eval_data(config, source, translations) -> ml_collections.ConfigDict:
+  """A copy of config evaluating `source` (an eval_source dict) and `translations` (an
+  eval_translations dict) alone: one entry of data.eval_sets, as the system's evaluators read it."""
+  out = copy.deepcopy(config)
+  with out.unlocked():
+    out.data.eval_source = dict(source)
+    out.data.eval_translations = dict(translations)
+    out.data.eval_sets = ml_collections.ConfigDict()
+  return out
 
 
 def from_file(path) -> ml_collections.ConfigDict:

@@ -122,8 +122,52 @@ def run_all(evaluators: Sequence[Any], embedder: Embedder, variables) -> Dict[st
   return results
 
 
+class Named:
+  """The evaluators of one entry of config.data.eval_sets: '<name>.' before each result's set name."""
+
+  def __init__(self, name: str, evaluators: Sequence[Any]):
+    self.name, self.evaluators = name, list(evaluators)
+
+  def run(self, embedder: Embedder, variables) -> Dict[str, float]:
+    return {f"{self.name}.{k}": v for k, v in run_all(self.evaluators, embedder, variables).items()}
+
+
+def evaluators_for(system, config, tasks, tokenizer) -> list:
+  """The system's evaluators on config.data's eval data, then on each entry of data.eval_sets: the
+  same evaluators over a config whose eval_source / eval_translations are the entry's."""
+  out = list(system.evaluators(config, tasks, tokenizer))
+  for name, entry in config.data.eval_sets.items():
+    named = config_lib.with_eval_data(config, entry.get("source", dict(name="")),
+                                      entry.get("translations", dict(name="")))
+    try:
+      out.append(Named(name, system.evaluators(named, tasks, tokenizer)))
+    except ValueError as e:
+      raise ValueError(f"config.data.eval_sets.{name} (read as data.eval_source and "
+                       f"data.eval_translations): {e}") from None
+  return out
+
+
+def _groups(results: Mapping[str, float]) -> Dict[str, Dict[str, float]]:
+  """'' -> the results of config.data's eval data; '<name>' -> those of eval_sets' entry (keys unprefixed)."""
+  groups: Dict[str, Dict[str, float]] = {}
+  for key, value in results.items():
+    head, _, rest = key.partition("/")
+    name, dot, set_name = head.partition(".")
+    group, key = (name, f"{set_name}/{rest}") if dot else ("", key)
+    groups.setdefault(group, {})[key] = value
+  return groups
+
+
 def format_table(results: Mapping[str, float]) -> str:
-  """Retrieval rows (one per language) and translation rows as aligned text."""
+  """Retrieval rows (one per language) and translation rows as aligned text; each eval_sets entry
+  in a table of its own under its name."""
+  groups = _groups(results)
+  tables = [_format_one(groups.pop("", {}))]
+  tables += [f"{name}:\n{_format_one(group)}" for name, group in sorted(groups.items())]
+  return "\n".join(t for t in tables if t)
+
+
+def _format_one(results: Mapping[str, float]) -> str:
   names = sorted({k.split("/")[0] for k in results})
   retrieval = [n for n in names if f"{n}/i2t_R@1" in results]
   translation = [n for n in names if f"{n}/acc" in results]

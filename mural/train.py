@@ -201,10 +201,13 @@ def build(config) -> Setup:
 
 
 def _setup_for(config, setup: Optional[Setup]) -> Setup:
-  """`setup` if it was built from `config` (a ValueError if from another), else build(config)."""
+  """`setup` if it was built from `config` (a ValueError if from another), else build(config). The
+  eval data is no part of a Setup: one evaluates other eval data as well."""
   if setup is None:
     return build(config)
-  if config.to_json_best_effort(sort_keys=True) != setup.config.to_json_best_effort(sort_keys=True):
+  without_eval = lambda c: config_lib.with_eval_data(c, dict(name=""), dict(name="")).to_json_best_effort(
+      sort_keys=True)
+  if without_eval(config) != without_eval(setup.config):
     raise ValueError("setup= was built from another config; build it from this one (train.build)")
   return setup
 
@@ -314,7 +317,7 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
   if evaluators is None:
     tokenizer = tokenizer or vocab.tokenizer(
         config, system_lib.vocabulary_tasks(setup.system, config), workdir)
-    evaluators = setup.system.evaluators(config, setup.tasks, tokenizer)
+    evaluators = evaluate_lib.evaluators_for(setup.system, config, setup.tasks, tokenizer)
   shapes = {t.name: tuple(t.shapes(config)) for t in setup.tasks}
 
   # ---- Restore or initialise ----------------------------------------------
@@ -443,7 +446,7 @@ def evaluate(config, workdir: str, *, step: Optional[int] = None,
   if evaluators is None:
     tokenizer = vocab.tokenizer(config, system_lib.vocabulary_tasks(setup.system, config), workdir,
                                  learn_missing=False)
-    evaluators = setup.system.evaluators(config, setup.tasks, tokenizer)
+    evaluators = evaluate_lib.evaluators_for(setup.system, config, setup.tasks, tokenizer)
   if not evaluators:
     raise ValueError("config.data.eval_source: no evaluation sets to evaluate on")
   embedder = setup.embedder(config.eval_batch_size)

@@ -183,6 +183,13 @@ def test_a_release_folder_read_as_released(release):
   assert [os.path.basename(p) for p in test.images] == ["400_d.jpg"] and len(test.captions["en"]) == 2
 
 
+def test_a_split_evaluated_on_fewer_photos_than_listed_says_so(release, caplog):
+  (release / "Flickr8k_text" / "Flickr_8k.devImages.txt").write_text("300_c.jpg\n350_gone.jpg\n")
+  dev = flickr8k.eval_data("dev", ["en"], path=str(release))
+  assert len(dev.images) == 1
+  assert "Flickr8k dev split: 1 of the 2 photos Flickr_8k.devImages.txt lists are in" in caplog.text
+
+
 def test_a_missing_file_or_folder_is_one_line_naming_it(release, tmp_path):
   with pytest.raises(ValueError, match=r"zh captions need flickr8kzhc\.caption\.txt \(github\.com/li-xirong"):
     flickr8k.read_captions(str(release), ["en", "zh"])

@@ -240,6 +240,45 @@ def test_eval_mode_reads_the_latest_checkpoint_with_the_recorded_config(uninterr
   assert scores == result["eval"]
 
 
+def test_named_eval_sets_are_scored_beside_the_eval_data_each_in_a_table_of_its_own(uninterrupted):
+  """config.data.eval_sets: more eval data in one run, its results '<name>.<set>/<metric>'. Entry
+  'again' is the eval source itself, so its scores equal the unnamed ones key for key."""
+  config, workdir, result, setup = uninterrupted
+  named = systems.recorded(str(workdir))
+  with named.unlocked():
+    named.data.eval_sets = {"again": dict(source=config.data.eval_source.to_dict())}
+  config_lib.validate(named)
+  scores = train.evaluate(named, str(workdir), setup=setup)
+  assert {k: v for k, v in scores.items() if not k.startswith("again.")} == result["eval"]
+  assert {k.removeprefix("again."): v for k, v in scores.items() if k.startswith("again.")} == result["eval"]
+  table = evaluate_lib.format_table(scores)
+  assert table == evaluate_lib.format_table(result["eval"]) + "\nagain:\n" + evaluate_lib.format_table(result["eval"])
+  stopper = checkpointing.EarlyStopping("again.mean/mR", 2, "max")
+  assert stopper.update(10, scores) is False  # Early stopping reads a named set's score.
+  written = list(workdir.glob("eval/*/step_10.json"))
+  assert len(written) == 1 and json.loads(written[0].read_text())["again.mean/mR"] == scores["mean/mR"]
+
+
+@pytest.mark.parametrize("eval_sets, message", [
+    ({"a/b": {"source": {"name": "synthetic"}}}, r"^config\.data\.eval_sets\.a/b: a name of letters"),
+    ({"x": {"sauce": {"name": "synthetic"}}}, r"^config\.data\.eval_sets\.x: must be a dict with 'source'"),
+    ({"x": {"source": {"split": "dev"}}}, r"^config\.data\.eval_sets\.x\.source: needs a 'name'"),
+])
+def test_a_malformed_eval_set_is_one_line_naming_it(eval_sets, message):
+  c = systems.base_config("mural")
+  c.data.eval_sets = eval_sets
+  with pytest.raises(config_lib.ConfigError, match=message):
+    config_lib.validate(c)
+
+
+def test_an_eval_set_the_data_layer_refuses_names_its_entry(tiny_vocab):
+  config = tiny_config(tiny_vocab)
+  config.data.eval_source = dict(name="")  # None: the evaluators need no tokenizer before the entry.
+  config.data.eval_sets = {"mine": {"source": {"name": "nope"}}}
+  with pytest.raises(ValueError, match=r"^config\.data\.eval_sets\.mine \(read as .*'nope' not in"):
+    evaluate_lib.evaluators_for(systems.get(config), config, (), None)
+
+
 def test_evaluating_another_config_writes_beside_trainings_evaluations(tiny_vocab, tmp_path):
   """--mode=eval of the recorded config writes WORKDIR/eval/step_<N>.json (training's); of another
   (other eval data), a directory named after what differs, with that config's record."""

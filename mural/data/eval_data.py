@@ -1,7 +1,7 @@
 """Retrieval and translation eval sets, as NumPy arrays ready for the embedders.
 
 `build_eval_sets(config, tokenizer) -> (list[EvalSet], list[TranslationEvalSet])`
-from config.data.eval_source (a dict; 'name' picks the builder in EVAL_SOURCES):
+from config.data.eval_source (a dict; 'name' picks the builder in EVAL_SOURCES, '' none):
   'synthetic': held-out scenes of mural.data.synthetic (config.data.synthetic):
       one image per scene shared by every language, captions per language, and
       aligned caption pairs per translation pair.
@@ -320,9 +320,9 @@ def build_eval_sets(config, tokenizer) -> Tuple[List[EvalSet], List[TranslationE
   """The eval sets of config.data.eval_source and config.data.eval_translations (see the module
   docstring)."""
   name = config.data.eval_source.get("name")
-  if name not in EVAL_SOURCES:
-    raise ValueError(f"config.data.eval_source.name: {name!r} not in {sorted(EVAL_SOURCES)}")
-  sets, translations = EVAL_SOURCES[name](config, tokenizer)
+  if name and name not in EVAL_SOURCES:
+    raise ValueError(f"config.data.eval_source.name: {name!r} not in {sorted(EVAL_SOURCES)} ('' for none)")
+  sets, translations = EVAL_SOURCES[name](config, tokenizer) if name else ([], [])
   extra = config.data.eval_translations.name
   if extra:
     if extra not in EVAL_TRANSLATIONS:

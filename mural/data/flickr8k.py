@@ -242,6 +242,16 @@ def image_text_source(source_config, split: str, process_index: int, process_cou
   return ds.map(read, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
 
+def _say_if_partial(root: str, split: str, evaluated: int) -> None:
+  """A split evaluated on fewer photos than its official list names is said, with both counts."""
+  list_file = text_file(root, SPLIT_FILES[split]) if split in SPLIT_FILES else None
+  if list_file is not None:
+    listed = len(set(_lines(list_file)))
+    if evaluated < listed:
+      logging.warning("Flickr8k %s split: %d of the %d photos %s lists are in %s; evaluating on those.",
+                      split, evaluated, listed, os.path.basename(list_file), photo_dir(root))
+
+
 @dataclasses.dataclass
 class EvalData:
   """Retrieval eval data: unique images, and per language captions with the index of their image."""
@@ -268,6 +278,7 @@ def eval_data(split: str = "dev", languages: Optional[Sequence[str]] = None, pat
   if not rows:
     raise ValueError(f"Flickr8k {root}: no captions for split {split!r}, languages {list(languages)}")
   names = list(dict.fromkeys(r.image for r in rows))
+  _say_if_partial(root, _split_name(split), len(names))
   index = {name: k for k, name in enumerate(names)}
   images = [os.path.join(photo_dir(root), n) for n in names]
   captions, caption_image = collections.defaultdict(list), collections.defaultdict(list)

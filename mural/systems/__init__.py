@@ -79,7 +79,7 @@ def _check_fields(config, defaults, name: str):
 
 
 # Dicts whose fields depend on a kind they name; their own code checks them (eval_data.py).
-_FREE_FORM = ("data.eval_source", "data.eval_translations")
+_FREE_FORM = ("data.eval_source", "data.eval_translations", "data.eval_sets")
 
 
 def _field_names(config, prefix: str = ""):
