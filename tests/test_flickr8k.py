@@ -83,7 +83,7 @@ def test_image_text_source_languages_sources_and_sharding(flickr8k_dir, rows):
   assert len(en_flickr8k) == 9 * 5
   with pytest.raises(ValueError, match="language 'ru'"):
     flickr8k.image_text_source(dict(path=flickr8k_dir, languages=["ru"]), "dev", 0, 1)
-  with pytest.raises(ValueError, match="no captions for split 'test'"):  # The subset has no test photos.
+  with pytest.raises(ValueError, match="split test: no captions"):  # The subset has no test photos.
     flickr8k.image_text_source(dict(path=flickr8k_dir), "test", 0, 1)
   with pytest.raises(ValueError, match="unknown split 'eval'"):
     flickr8k.image_text_source(dict(path=flickr8k_dir), "eval", 0, 1)

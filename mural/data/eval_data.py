@@ -10,6 +10,13 @@ from config.data.eval_source (a dict; 'name' picks the builder in EVAL_SOURCES, 
       caption_sources None, max_images 0 = all, multi30k_path None:
       $MURAL_MULTI30K_DIR) with their captions per language; no translation sets
       (its languages are not line-aligned).
+  'multi30k': a Multi30k split with its images (mural/data/multi30k.py; fields: split
+      'test_2016_flickr', task 1 (one caption per image in en, de, fr, cs) or 2 (five in
+      en, de), path None: $MURAL_MULTI30K_DIR, images None: $MURAL_MULTI30K_IMAGES,
+      max_images 0 = all): retrieval per language, the benchmark of the papers.
+  'karpathy': a split of COCO, Flickr30k or Flickr8k by Karpathy's split file
+      (mural/data/karpathy.py; fields: split 'test', split_file, images, max_images):
+      English retrieval, 5 captions per image (COCO 5k test, Flickr30k 1k).
   'records': the user's held-out image-text records, in any format training reads
       (fields: source, an image-text source's dict as in config.tasks.*.sources, e.g.
       dict(name='tfrecord', files='/data/heldout-*.tfrecord'); split 'eval', the
@@ -47,6 +54,7 @@ import tensorflow as tf
 from absl import logging
 
 from mural.data import flickr8k
+from mural.data import karpathy
 from mural.data import multi30k
 from mural.data import preprocess
 from mural.data import records
@@ -153,15 +161,8 @@ def synthetic_eval_sets(config, tokenizer) -> Tuple[List[EvalSet], List[Translat
   return sets, translations
 
 
-def flickr8k_eval_sets(config, tokenizer) -> Tuple[List[EvalSet], List[TranslationEvalSet]]:
-  cfg = _source_fields(config.data.eval_source, dict(split="dev", path=None, caption_sources=None,
-                                                     max_images=0, multi30k_path=None))
-  languages = [l for l in flickr8k.LANGUAGES if l in config.data.languages]
-  if not languages:
-    raise ValueError(f"config.data.eval_source: none of Flickr8k's languages {flickr8k.LANGUAGES} "
-                     f"is in config.data.languages {list(config.data.languages)}")
-  max_images = _count("eval_source", cfg["max_images"], "max_images")
-  data = flickr8k.eval_data(cfg["split"], languages, cfg["path"], cfg["caption_sources"], cfg["multi30k_path"])
+def _image_file_sets(config, tokenizer, data, max_images: int) -> List[EvalSet]:
+  """image_files.EvalData -> one retrieval set per language, on its first max_images images (0: all)."""
   n = len(data.images) if not max_images else min(max_images, len(data.images))
   images = eval_images(_decode_files(data.images[:n]), config.data)
   sets = []
@@ -170,7 +171,42 @@ def flickr8k_eval_sets(config, tokenizer) -> Tuple[List[EvalSet], List[Translati
     if keep.size:
       ids, mask = _tokenize(tokenizer, [captions[k] for k in keep], list(config.data.languages).index(lang))
       sets.append(EvalSet(lang, images, ids, mask, data.caption_image[lang][keep].astype(np.int32)))
-  return sets, []
+  return sets
+
+
+def _configured_languages(config, offered: Sequence[str], title: str) -> List[str]:
+  languages = [l for l in offered if l in config.data.languages]
+  if not languages:
+    raise ValueError(f"config.data.eval_source ({title}): none of its languages {list(offered)} "
+                     f"is in config.data.languages {list(config.data.languages)}")
+  return languages
+
+
+def flickr8k_eval_sets(config, tokenizer) -> Tuple[List[EvalSet], List[TranslationEvalSet]]:
+  cfg = _source_fields(config.data.eval_source, dict(split="dev", path=None, caption_sources=None,
+                                                     max_images=0, multi30k_path=None))
+  languages = _configured_languages(config, flickr8k.LANGUAGES, "Flickr8k")
+  max_images = _count("eval_source", cfg["max_images"], "max_images")
+  data = flickr8k.eval_data(cfg["split"], languages, cfg["path"], cfg["caption_sources"], cfg["multi30k_path"])
+  return _image_file_sets(config, tokenizer, data, max_images), []
+
+
+def multi30k_eval_sets(config, tokenizer) -> Tuple[List[EvalSet], List[TranslationEvalSet]]:
+  cfg = _source_fields(config.data.eval_source, dict(split="test_2016_flickr", task=1, path=None, images=None,
+                                                     max_images=0))
+  offered = multi30k.task1_languages(cfg["split"], cfg["path"]) if cfg["task"] == 1 else multi30k.TASK2_LANGUAGES
+  languages = _configured_languages(config, offered, f"Multi30k task {cfg['task']}")
+  max_images = _count("eval_source", cfg["max_images"], "max_images")
+  data = multi30k.eval_data(cfg["split"], cfg["task"], languages, cfg["path"], cfg["images"])
+  return _image_file_sets(config, tokenizer, data, max_images), []
+
+
+def karpathy_eval_sets(config, tokenizer) -> Tuple[List[EvalSet], List[TranslationEvalSet]]:
+  cfg = _source_fields(config.data.eval_source, dict(split="test", split_file=None, images=None, max_images=0))
+  _configured_languages(config, ("en",), "Karpathy splits")
+  max_images = _count("eval_source", cfg["max_images"], "max_images")
+  data = karpathy.eval_data(cfg["split"], cfg["split_file"], cfg["images"])
+  return _image_file_sets(config, tokenizer, data, max_images), []
 
 
 def multi30k_translation_sets(config, tokenizer) -> List[TranslationEvalSet]:
@@ -308,6 +344,8 @@ def records_translation_sets(config, tokenizer) -> List[TranslationEvalSet]:
 EVAL_SOURCES = {
     "synthetic": synthetic_eval_sets,
     "flickr8k": flickr8k_eval_sets,
+    "multi30k": multi30k_eval_sets,
+    "karpathy": karpathy_eval_sets,
     "records": records_eval_sets,
 }
 EVAL_TRANSLATIONS = {

@@ -31,14 +31,10 @@ import logging
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
-
-from mural import lazy_import
+from mural.data import image_files
 from mural.data import multi30k
 from mural.data import paths
 from mural.data import records
-
-tf = lazy_import.module("tensorflow")  # For the tf.data source only: the captions are read without it.
 
 ENV_VAR = "MURAL_FLICKR8K_DIR"
 LANGUAGES = ("en", "zh", "ar", "de", "fr", "cs")
@@ -214,32 +210,21 @@ def image_text_source(source_config, split: str, process_index: int, process_cou
   Fields: path (None: $MURAL_FLICKR8K_DIR), languages (all six), caption_sources
   (None: all; e.g. ['flickr8k', 'flickr8k-cn-zhc'] drops the Multi30k copies),
   multi30k_path (None: $MURAL_MULTI30K_DIR; needed for de, fr, cs). Order: photo
-  by photo in name order; processes get disjoint photos (the k-th -> process
-  k % count).
+  by photo in name order; processes get disjoint photos (image_files.dataset).
   """
   del config
   cfg = records.source_fields(source_config, "flickr8k", dict(
       path=None, languages=list(LANGUAGES), caption_sources=None, multi30k_path=None))
-  records.check_process(process_index, process_count)
   root = data_dir(cfg["path"])
   rows = select(read_captions(root, cfg["languages"], cfg["multi30k_path"]), split, cfg["languages"],
                 cfg["caption_sources"])
-  if not rows:
-    raise ValueError(f"Flickr8k {root}: no captions for split {split!r}, languages {cfg['languages']}")
-  order = {name: k for k, name in enumerate(dict.fromkeys(r.image for r in rows))}
-  mine = [r for r in rows if order[r.image] % process_count == process_index]
+  return image_files.dataset(_captions(root, rows), f"Flickr8k {root}, split {split}", process_index,
+                             process_count)
+
+
+def _captions(root: str, rows: Sequence[Row]) -> List[image_files.Caption]:
   photos = photo_dir(root)
-  ds = tf.data.Dataset.from_tensor_slices({
-      "path": tf.constant([os.path.join(photos, r.image) for r in mine], tf.string),
-      "caption": tf.constant([r.caption for r in mine], tf.string),
-      "lang": tf.constant([r.lang for r in mine], tf.string)})
-
-  def read(ex):
-    return {"image": tf.io.read_file(ex["path"]), "caption": ex["caption"], "lang": ex["lang"]}
-
-  logging.info("Flickr8k %s, split %s: %d captions of %d photos for this process", root, split, len(mine),
-               len({r.image for r in mine}))
-  return ds.map(read, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  return [image_files.Caption(os.path.join(photos, r.image), r.caption, r.lang) for r in rows]
 
 
 def _say_if_partial(root: str, split: str, evaluated: int) -> None:
@@ -252,39 +237,13 @@ def _say_if_partial(root: str, split: str, evaluated: int) -> None:
                       split, evaluated, listed, os.path.basename(list_file), photo_dir(root))
 
 
-@dataclasses.dataclass
-class EvalData:
-  """Retrieval eval data: unique images, and per language captions with the index of their image."""
-  split: str
-  images: List[str]  # Absolute JPEG paths, unique, in name order.
-  captions: Dict[str, List[str]]
-  caption_image: Dict[str, np.ndarray]  # lang -> int32 [num captions], index into images.
-
-  def image_bytes(self) -> List[bytes]:
-    out = []
-    for p in self.images:
-      with open(p, "rb") as f:
-        out.append(f.read())
-    return out
-
-
 def eval_data(split: str = "dev", languages: Optional[Sequence[str]] = None, path: Optional[str] = None,
               caption_sources: Optional[Sequence[str]] = None,
-              multi30k_path: Optional[str] = None) -> EvalData:
+              multi30k_path: Optional[str] = None) -> image_files.EvalData:
   """The photos of `split` present (those with a caption in `languages`) and their captions per language."""
   root = data_dir(path)
   languages = tuple(languages or LANGUAGES)
   rows = select(read_captions(root, languages, multi30k_path), split, languages, caption_sources)
-  if not rows:
-    raise ValueError(f"Flickr8k {root}: no captions for split {split!r}, languages {list(languages)}")
-  names = list(dict.fromkeys(r.image for r in rows))
-  _say_if_partial(root, _split_name(split), len(names))
-  index = {name: k for k, name in enumerate(names)}
-  images = [os.path.join(photo_dir(root), n) for n in names]
-  captions, caption_image = collections.defaultdict(list), collections.defaultdict(list)
-  for r in rows:
-    captions[r.lang].append(r.caption)
-    caption_image[r.lang].append(index[r.image])
-  langs = [lang for lang in languages if lang in captions]
-  return EvalData(_split_name(split), images, {lang: captions[lang] for lang in langs},
-                  {lang: np.asarray(caption_image[lang], np.int32) for lang in langs})
+  data = image_files.eval_data(_captions(root, rows), _split_name(split), languages, f"Flickr8k {root}")
+  _say_if_partial(root, _split_name(split), len(data.images))
+  return data

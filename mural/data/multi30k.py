@@ -6,8 +6,11 @@ Layout (the public release, github.com/multi30k/dataset):
   task2/raw/<split>.<k>.<lang>.gz  k = 1..5, en and de written independently;
                                 image i of task2/image_splits/<split>_images.txt
 
-It serves the text-text (t2t) task: 'multi30k' in TEXT_PAIR_SOURCES. The
-Flickr30k images are not here.
+It serves the text-text (t2t) task ('multi30k' in TEXT_PAIR_SOURCES) and, with
+the images of a split (Flickr30k's flickr30k-images/ for train, val and
+test_2016_flickr; the test_2017 sets' own image releases), the image-text task
+('multi30k' in IMAGE_TEXT_SOURCES) and retrieval evaluation per language
+(`eval_data`), task 1 or task 2.
 """
 
 import dataclasses
@@ -17,12 +20,14 @@ import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from mural import lazy_import
+from mural.data import image_files
 from mural.data import paths
 from mural.data import records
 
 tf = lazy_import.module("tensorflow")  # For the tf.data source only.
 
 ENV_VAR = "MURAL_MULTI30K_DIR"
+IMAGES_ENV_VAR = "MURAL_MULTI30K_IMAGES"  # The folder of a split's image files.
 LANGUAGES = ("en", "de", "fr", "cs")  # Task 1; test_2017_* have no cs.
 TASK2_LANGUAGES = ("en", "de")
 TASK2_CAPTIONS = 5
@@ -148,6 +153,55 @@ def comparable_pairs(split: str, path: Optional[str] = None) -> Pairs:
       right.append(de)
       image.append(name)
   return Pairs("en", "de", left, right, image)
+
+
+def task1_languages(split: str, path: Optional[str] = None) -> Tuple[str, ...]:
+  """The languages task 1 has for a split (the test_2017 sets have no cs)."""
+  root, stem = data_dir(path), _split(TASK1_SPLITS, split, "task1")
+  return tuple(l for l in LANGUAGES if os.path.exists(os.path.join(root, "task1", "raw", f"{stem}.{l}.gz")))
+
+
+def images_dir(images: Optional[str] = None) -> str:
+  """images, else $MURAL_MULTI30K_IMAGES; ValueError naming what was tried."""
+  return paths.resolve_data_dir(images, IMAGES_ENV_VAR, "Multi30k's images (e.g. Flickr30k's flickr30k-images/)",
+                                ("",))
+
+
+def captions(split: str, task: int = 1, languages: Optional[Sequence[str]] = None, path: Optional[str] = None,
+             images: Optional[str] = None) -> List[image_files.Caption]:
+  """The captions of a split with their image files, image by image: task 1, each image's line in
+  every language; task 2, its 5 captions per language."""
+  folder = images_dir(images)
+  if task == 1:
+    t1 = task1(split, languages or task1_languages(split, path), path)
+    return [image_files.Caption(os.path.join(folder, image), t1.captions[lang][i].strip(), lang)
+            for i, image in enumerate(t1.images) for lang in t1.captions]
+  if task == 2:
+    t2 = task2(split, languages or TASK2_LANGUAGES, path)
+    return [image_files.Caption(os.path.join(folder, image), c.strip(), lang)
+            for i, image in enumerate(t2.images) for lang in t2.captions for c in t2.captions[lang][i]]
+  raise ValueError(f"Multi30k: task {task!r} is 1 (translations) or 2 (independent captions)")
+
+
+def image_text_source(source_config, split: str, process_index: int, process_count: int, config=None):
+  """'multi30k' image-text source: a split's images with their captions (image_files.dataset).
+
+  Fields: path (None: $MURAL_MULTI30K_DIR), images (the split's image folder; None:
+  $MURAL_MULTI30K_IMAGES), task (1: en, de, fr, cs translations; 2: 5 independent en and de
+  captions per image), languages (None: the task's).
+  """
+  del config
+  cfg = records.source_fields(source_config, "multi30k", dict(path=None, images=None, task=1, languages=None))
+  rows = captions(split, cfg["task"], cfg["languages"], cfg["path"], cfg["images"])
+  return image_files.dataset(rows, f"Multi30k task {cfg['task']}, split {split}", process_index, process_count)
+
+
+def eval_data(split: str = "test_2016_flickr", task: int = 1, languages: Optional[Sequence[str]] = None,
+              path: Optional[str] = None, images: Optional[str] = None) -> image_files.EvalData:
+  """Retrieval eval data of a split: its images and their captions per language."""
+  rows = captions(split, task, languages, path, images)
+  return image_files.eval_data(rows, split, [l for l in LANGUAGES if any(r.lang == l for r in rows)],
+                               f"Multi30k task {task}")
 
 
 def _language_pairs(cfg) -> List[Tuple[str, str]]:

@@ -37,6 +37,7 @@ import tensorflow as tf
 from mural import lazy_import
 from mural.data import flickr8k
 from mural.data import img2dataset
+from mural.data import karpathy
 from mural.data import multi30k
 from mural.data import synthetic
 from mural.data.records import check_process, list_files, shard_files, source_fields
@@ -418,6 +419,8 @@ IMAGE_TEXT_SOURCES = {
     "tfrecord": tfrecord_image_text,
     "tfds": tfds_image_text,
     "flickr8k": flickr8k.image_text_source,
+    "multi30k": multi30k.image_text_source,
+    "karpathy": karpathy.image_text_source,
     "webdataset": img2dataset.image_text_source,
 }
 
