@@ -48,10 +48,10 @@ from mural import models
 from mural import system
 from mural import translation_retrieval
 from mural.data import inputs
-from mural.systems.defaults import globetrotter as defaults
 from mural.data import tokenizer
 from mural.models import globetrotter as model_lib
 from mural.models import heads
+from mural.systems.defaults import globetrotter as defaults
 
 eval_data = lazy_import.module("mural.data.eval_data")  # TensorFlow: loaded when evaluating.
 

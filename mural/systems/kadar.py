@@ -48,10 +48,10 @@ from mural import losses
 from mural import models
 from mural import system
 from mural.data import inputs
-from mural.systems.defaults import kadar as defaults
 from mural.models import feature_tower
 from mural.models import multilingual
 from mural.models import word_lstm
+from mural.systems.defaults import kadar as defaults
 
 eval_data = lazy_import.module("mural.data.eval_data")  # TensorFlow: loaded when evaluating.
 

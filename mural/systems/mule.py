@@ -28,8 +28,9 @@ Tasks (each with the trainer's per-task optimizer; weights are the paper's lambd
       share an image, so the paired sentences come from the text-pair source.
 
 Ablations and baselines of the paper (Table 2) are config values (ABLATIONS and
-`apply_ablation` in mural/systems/defaults/mule.py): PARALLEL-EmbN, EmbN, EmbN+NC, EmbN+NC+LC, and LP (MULE's
-pre-training on paired sentences: 'pretrain', then a warm start from it).
+`apply_ablation` in mural/systems/defaults/mule.py): PARALLEL-EmbN, EmbN,
+EmbN+NC, EmbN+NC+LC, and LP (MULE's pre-training on paired sentences:
+'pretrain', then a warm start from it).
 
 Loss weights across tasks: each task has its own Adam state (mural/optim.py),
 which normalises that task's gradient, so lambda_1 (tasks.nc.weight) and
@@ -58,10 +59,10 @@ from mural import losses
 from mural import models
 from mural import system
 from mural.data import inputs
-from mural.systems.defaults import mule as defaults
 from mural.models import feature_tower
 from mural.models import multilingual
 from mural.models import word_lstm
+from mural.systems.defaults import mule as defaults
 
 eval_data = lazy_import.module("mural.data.eval_data")  # TensorFlow: loaded when evaluating.
 

@@ -83,12 +83,12 @@ from mural import models
 from mural import saved_variables
 from mural import system
 from mural.data import inputs
-from mural.systems.defaults import smalr as defaults
 from mural.models import feature_tower
 from mural.models import hem
 from mural.models import multilingual
 from mural.models import word_lstm
 from mural.systems import mule
+from mural.systems.defaults import smalr as defaults
 
 eval_data = lazy_import.module("mural.data.eval_data")  # TensorFlow: loaded when evaluating.
 
