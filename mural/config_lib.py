@@ -57,6 +57,12 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.image.num_stages = ml_collections.FieldReference(None, int)
 
   c.model.text = ml_collections.ConfigDict()
+  # Tuning a tower, or not (LiT, Zhai et al. 2022): locked, a tower runs in inference mode and
+  # passes no gradient, so it neither trains nor holds optimizer state (mural/models/locked.py);
+  # learning_rate_scale multiplies every task's rate for its parameters (0.1: tune it gently).
+  for kind in ("image", "text"):
+    c.model[kind].locked = False
+    c.model[kind].learning_rate_scale = 1.0
   c.model.text.name = "bert"  # Key of mural.models.TEXT_TOWERS.
   c.model.text.vocab_size = 250_000  # Rows of the token table (>= tokenizer vocab).
   c.model.text.token_embed_dim = 768  # < hidden_dim: factorised, projected up.
@@ -344,6 +350,12 @@ def validate(c: ml_collections.ConfigDict) -> None:
   for tower in ("image", "text"):
     policy = c.model[tower].get("remat", "none")
     _require(policy in REMAT_POLICIES, f"model.{tower}.remat", f"{policy!r} not in {REMAT_POLICIES}")
+    locked, scale = c.model[tower].get("locked", False), c.model[tower].get("learning_rate_scale", 1.0)
+    _require(isinstance(locked, bool), f"model.{tower}.locked", f"must be True or False, got {locked!r}")
+    _require(isinstance(scale, (int, float)) and not isinstance(scale, bool) and scale >= 0,
+             f"model.{tower}.learning_rate_scale", f"must be a number >= 0, got {scale!r}")
+    _require(not locked or scale == 1.0, f"model.{tower}.learning_rate_scale",
+             f"is {scale}, but model.{tower}.locked is True: a locked tower does not train")
   _require(c.model.heads.kind in _HEAD_KINDS, "model.heads.kind", f"{c.model.heads.kind!r} not in {_HEAD_KINDS}")
   _require(c.model.heads.embed_dim > 0, "model.heads.embed_dim", "must be positive")
   _require(c.model.heads.mlp_hidden_dim > 0, "model.heads.mlp_hidden_dim", "must be positive")

@@ -194,12 +194,32 @@ class MultiTaskOptimizer:
     return total, new_state
 
 
-def build(tasks: Sequence, trainable: Mapping[str, Any], optim_config, total_steps: int) -> MultiTaskOptimizer:
-  """One masked LAMB per task at task.learning_rate; trainable[task name] is its param mask."""
+def scale_subtrees(scales: Mapping[str, float]) -> optax.GradientTransformation:
+  """The updates of the parameters under each top-level name in `scales` ('image_tower', ...) times
+  its factor: a tower's own learning rate, relative to each task's (LAMB and AdamW end by scaling
+  with the rate, so scaling their update is scaling the rate)."""
+
+  def update_fn(updates, state, params=None):
+    del params
+
+    def scaled(path, u):
+      key = getattr(path[0], "key", None) if path else None
+      return u * jnp.asarray(scales[key], u.dtype) if key in scales else u
+
+    return jax.tree_util.tree_map_with_path(scaled, updates), state
+
+  return optax.GradientTransformation(optax.init_empty_state, update_fn)
+
+
+def build(tasks: Sequence, trainable: Mapping[str, Any], optim_config, total_steps: int,
+          rate_scales: Optional[Mapping[str, float]] = None) -> MultiTaskOptimizer:
+  """One masked LAMB per task at task.learning_rate; trainable[task name] is its param mask;
+  rate_scales: a factor on every task's rate per top-level parameter name (`scale_subtrees`)."""
+  scales = {k: float(v) for k, v in (rate_scales or {}).items() if v != 1.0}
   transforms, schedules = {}, {}
   for task in tasks:
-    transforms[task.name] = _only(task_lamb(optim_config, task.learning_rate, total_steps),
-                                  trainable[task.name])
+    tx = _only(task_lamb(optim_config, task.learning_rate, total_steps), trainable[task.name])
+    transforms[task.name] = optax.chain(tx, scale_subtrees(scales)) if scales else tx
     schedules[task.name] = learning_rate_schedule(task.learning_rate, optim_config.warmup_steps,
                                                   total_steps, optim_config.get("decay", True))
   return MultiTaskOptimizer(transforms, schedules)

@@ -174,7 +174,8 @@ def build(config) -> Setup:
   trainable = optim.params_read_by(
       lambda p, bs, b, r: system_lib.task_losses(model, tasks, p, bs, b, r)[0],
       variables["params"], batch_stats, system_lib.batch_shapes(tasks, config, batch_size=2), rng0)
-  optimizer = optim.build(tasks, trainable, config.optim, config.total_steps)
+  optimizer = optim.build(tasks, trainable, config.optim, config.total_steps, rate_scales={
+      f"{kind}_tower": config.model[kind].get("learning_rate_scale", 1.0) for kind in ("image", "text")})
 
   def state_of(v, state_rng) -> TrainState:
     return TrainState(step=jnp.zeros((), jnp.int32), params=v["params"],

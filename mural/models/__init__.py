@@ -37,6 +37,7 @@ from mural.models import hem
 from mural.models import resnet
 from mural.models import word_lstm
 from mural.models.dual_encoder import DualEncoder
+from mural.models.locked import Locked
 
 _BACKBONES = {"efficientnet": efficientnet.from_config}
 IMAGE_TOWERS = {
@@ -78,7 +79,8 @@ def tower(kind: str, section, dtype, param_dtype):
   table = {"image": IMAGE_TOWERS, "text": TEXT_TOWERS}[kind]
   if section.name not in table:
     raise config_lib.ConfigError(f"config.model.{kind}.name: {section.name!r} not in {sorted(table)}")
-  return table[section.name](section, dtype, param_dtype)
+  built = table[section.name](section, dtype, param_dtype)
+  return Locked(built) if section.get("locked", False) else built
 
 
 def build_model(model_config, head_names: Sequence[str] = ()) -> DualEncoder:
