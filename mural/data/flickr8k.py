@@ -126,10 +126,9 @@ def _multi30k_rows(path: Optional[str], languages: Sequence[str], photos) -> Dic
   root = multi30k.data_dir(path)
   task1_langs = [l for l in multi30k.LANGUAGES if l in languages]
   for stem in TASK1_STEMS if task1_langs else ():
-    langs = [l for l in task1_langs
-             if os.path.exists(os.path.join(root, "task1", "raw", f"{stem}.{l}.gz"))]
-    if not os.path.exists(os.path.join(root, "task1", "image_splits", f"{stem}.txt")) or not langs:
-      continue
+    langs = [l for l in multi30k.task1_languages(stem, root) if l in task1_langs]
+    if not langs or not os.path.exists(os.path.join(root, "task1", "image_splits", f"{stem}.txt")):
+      continue  # A release without this split (or its languages): nothing of it to add.
     t = multi30k.task1(stem, langs, root)
     for i, image in enumerate(t.images):
       if image in by_flickr30k:

@@ -26,18 +26,18 @@ TEXT_FILES = (flickr8k.TOKENS, *flickr8k.SPLIT_FILES.values(), flickr8k.CHINESE,
 
 
 def _source_photos(source: str) -> str:
-  for name in (*flickr8k.PHOTO_DIRS, "images"):
-    if os.path.isdir(os.path.join(source, name)):
-      return os.path.join(source, name)
-  raise ValueError(f"{source}: no photo folder ({', '.join(flickr8k.PHOTO_DIRS)} or images/)")
+  """images/ where the folder has one (the shared subset), else the release's photo folder."""
+  if os.path.isdir(os.path.join(source, "images")):
+    return os.path.join(source, "images")
+  return flickr8k.photo_dir(source)
 
 
 def _source_text(source: str, name: str):
-  for f in (os.path.join(source, name), os.path.join(source, flickr8k.TEXT_DIR, name),
-            os.path.join(source, "text", name)):
-    if os.path.exists(f):
-      return f
-  return None
+  """A text file where the release puts it (flickr8k.text_file), else in text/."""
+  f = flickr8k.text_file(source, name)
+  if f is None and os.path.exists(os.path.join(source, "text", name)):
+    f = os.path.join(source, "text", name)
+  return f
 
 
 def write(source: str, out: str, photos: int = 875, copy: bool = False) -> List[str]:

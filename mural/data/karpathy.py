@@ -62,7 +62,7 @@ def captions(split: str, split_file: Optional[str] = None, images: Optional[str]
   if split not in SPLITS:
     raise ValueError(f"Karpathy splits: unknown split {split!r}; known: {list(SPLITS)}")
   split_file = split_file_path(split_file)
-  folder = paths.resolve_data_dir(images, IMAGES_ENV_VAR, "Karpathy split images", ("",))
+  folder = paths.resolve_data_dir(images, IMAGES_ENV_VAR, "Karpathy split images")
   wanted = {split, "restval"} if split == "train" and restval else {split}
   out = []
   for n, image in enumerate(_images(split_file)):

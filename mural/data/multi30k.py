@@ -163,8 +163,7 @@ def task1_languages(split: str, path: Optional[str] = None) -> Tuple[str, ...]:
 
 def images_dir(images: Optional[str] = None) -> str:
   """images, else $MURAL_MULTI30K_IMAGES; ValueError naming what was tried."""
-  return paths.resolve_data_dir(images, IMAGES_ENV_VAR, "Multi30k's images (e.g. Flickr30k's flickr30k-images/)",
-                                ("",))
+  return paths.resolve_data_dir(images, IMAGES_ENV_VAR, "Multi30k's images (e.g. Flickr30k's flickr30k-images/)")
 
 
 def captions(split: str, task: int = 1, languages: Optional[Sequence[str]] = None, path: Optional[str] = None,
@@ -200,8 +199,8 @@ def eval_data(split: str = "test_2016_flickr", task: int = 1, languages: Optiona
               path: Optional[str] = None, images: Optional[str] = None) -> image_files.EvalData:
   """Retrieval eval data of a split: its images and their captions per language."""
   rows = captions(split, task, languages, path, images)
-  return image_files.eval_data(rows, split, [l for l in LANGUAGES if any(r.lang == l for r in rows)],
-                               f"Multi30k task {task}")
+  present = {r.lang for r in rows}
+  return image_files.eval_data(rows, split, [l for l in LANGUAGES if l in present], f"Multi30k task {task}")
 
 
 def _language_pairs(cfg) -> List[Tuple[str, str]]:
