@@ -71,6 +71,11 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.text.num_heads = 12
   c.model.text.mlp_dim = 3072
   c.model.text.max_len = 64  # Position table size and the tokenizer's length.
+  # Public BERT checkpoints (mural.checkpoint_import) have token-type rows (2): row 0, the one
+  # segment of every input, is added to every position; 0: no table (mural's own towers).
+  c.model.text.type_vocab_size = 0
+  # BERT's pooler (Dense + tanh on [CLS]) as the embedding, as LaBSE embeds; False: [CLS] itself.
+  c.model.text.pooler = False
   c.model.text.dropout_rate = 0.1
   c.model.text.remat = "none"  # Per encoder layer: none | full | dots (mural/models/remat.py).
 
@@ -117,6 +122,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.image_size = 289  # Training crop (ALIGN: 289 from 346).
   c.data.eval_resize = 346  # Eval: resize the short side, then centre-crop.
   c.data.vocab_path = ""  # Existing wordpiece vocab; empty: learned from the tasks' training text.
+  # How text is normalised before wordpieces (mural/data/tokenizer.py): casefold (mural's own
+  # vocabularies) | bert_cased | bert_uncased (a public BERT checkpoint's vocabulary, as its
+  # tokenizer does; mural.checkpoint_import records which).
+  c.data.text_normalization = "casefold"
   # Index space of batch['lang'] and of the eval sets; records in any other
   # language (or none) are skipped and counted as 'unknown_language'.
   c.data.languages = ("en", "de", "fr", "cs", "ru", "ja", "hi", "sw", "am", "zh", "ar")

@@ -20,6 +20,16 @@ word is still tokenized (instead of the whole word becoming [UNK]).
 
 Ids: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4; every sequence is
 [CLS] pieces... [SEP] [PAD]..., truncated so that [SEP] stays last.
+
+A vocabulary that came with a public BERT checkpoint (mural.checkpoint_import) is
+tokenized as that checkpoint's own tokenizer does, so its token table means what it
+was trained to mean: `normalization` 'bert_cased' or 'bert_uncased' (NORMALIZATIONS)
+applies BERT's text cleaning (control and format characters removed, every Unicode
+space a space) and, uncased, lower-casing with accents stripped (NFD, nonspacing marks
+removed); the special tokens are wherever that vocabulary has them, and a word with a
+character the vocabulary lacks is one [UNK], as BERT's wordpiece does. Words over
+MAX_BYTES_PER_BERT_WORD bytes are one [UNK] (BERT's tokenizers count 100 characters:
+the two differ only on words of over 100 bytes and at most 100 characters).
 """
 
 from __future__ import annotations  # tf.Tensor annotations are not evaluated at import.
@@ -40,14 +50,32 @@ RESERVED_TOKENS = (PAD, UNK, CLS, SEP, MASK)  # Their ids are their positions.
 PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = range(len(RESERVED_TOKENS))
 SUFFIX = "##"
 MAX_BYTES_PER_WORD = 200  # Longer words become [UNK] (BERT uses 100; kana runs are long).
+MAX_BYTES_PER_BERT_WORD = 100
+# Text normalisations: mural's own vocabularies, and those of public BERT checkpoints.
+NORMALIZATIONS = ("casefold", "bert_cased", "bert_uncased")
 
 # The BertTokenizer options shared by vocab learning and tokenizing.
 _BERT_PARAMS = dict(lower_case=False, keep_whitespace=False, normalization_form=None)
 
 
-def normalize(texts: tf.Tensor) -> tf.Tensor:
-  """NFKC_Casefold, keeping accents (see module docstring); graph-mode safe."""
-  return tft.case_fold_utf8(texts)
+def normalize(texts: tf.Tensor, normalization: str = "casefold") -> tf.Tensor:
+  """`normalization` of texts (NORMALIZATIONS; see the module docstring); graph-mode safe."""
+  if normalization == "casefold":
+    return tft.case_fold_utf8(texts)
+  # BERT's cleaning: tab, newline, return and every Unicode space separate words; other
+  # control, format, unassigned and private-use characters and U+FFFD are removed.
+  texts = tf.strings.regex_replace(texts, r"[\t\n\r]|\p{Zs}", " ")
+  texts = tf.strings.regex_replace(texts, r"\p{C}|\x{FFFD}", "")
+  if normalization == "bert_uncased":
+    texts = tft.normalize_utf8(tf.strings.lower(texts, encoding="utf-8"), "NFD")
+    texts = tf.strings.regex_replace(texts, r"\p{Mn}", "")
+  return texts
+
+
+def check_normalization(normalization: str) -> str:
+  if normalization not in NORMALIZATIONS:
+    raise ValueError(f"text normalization {normalization!r} not in {NORMALIZATIONS}")
+  return normalization
 
 
 def _as_dataset(texts: Union[tf.data.Dataset, Iterable[str]]) -> tf.data.Dataset:
@@ -125,15 +153,16 @@ def save_vocab(vocab: Sequence[str], path: str) -> None:
   tf.io.gfile.rename(tmp, path, overwrite=True)
 
 
-def load_vocab(path: str) -> list:
-  """Reads a vocab file and checks the reserved tokens sit at their ids."""
+def load_vocab(path: str, reserved_at_their_ids: bool = True) -> list:
+  """Reads a vocab file and checks the reserved tokens sit at their ids (or, for a public
+  BERT vocabulary, `reserved_at_their_ids=False`, that [PAD], [UNK], [CLS], [SEP] are in it)."""
   if not tf.io.gfile.exists(path):
     raise ValueError(f"vocab file {path} does not exist")
   with tf.io.gfile.GFile(path, "r") as f:
     vocab = [line.rstrip("\n") for line in f]
   while vocab and vocab[-1] == "":
     vocab.pop()
-  for i, tok in enumerate(RESERVED_TOKENS):
+  for i, tok in enumerate(RESERVED_TOKENS if reserved_at_their_ids else ()):
     if i >= len(vocab) or vocab[i] != tok:
       got = vocab[i] if i < len(vocab) else "<end of file>"
       raise ValueError(f"vocab file {path}: line {i + 1} must be {tok}, got {got!r}")
@@ -142,25 +171,32 @@ def load_vocab(path: str) -> list:
     raise ValueError(f"vocab file {path}: duplicate tokens {dupes[:5]}")
   if "" in vocab:
     raise ValueError(f"vocab file {path}: empty line {vocab.index('') + 1}")
+  missing = [t for t in RESERVED_TOKENS[:4] if t not in vocab]
+  if missing:
+    raise ValueError(f"vocab file {path}: no {', '.join(missing)} token")
   return vocab
 
 
 class Tokenizer:
   """Text -> fixed-length (ids, mask); built once, then called in tf.data maps."""
 
-  def __init__(self, vocab_path: str, max_len: int):
+  def __init__(self, vocab_path: str, max_len: int, normalization: str = "casefold"):
     if max_len < 3:
       raise ValueError(f"Tokenizer: max_len {max_len} must be >= 3 ([CLS] token [SEP])")
     self.vocab_path = vocab_path
     self.max_len = max_len
-    self.vocab = load_vocab(vocab_path)
+    self.normalization = check_normalization(normalization)
+    own = normalization == "casefold"
+    self.vocab = load_vocab(vocab_path, reserved_at_their_ids=own)
     self._ids = {t: i for i, t in enumerate(self.vocab)}
+    self.pad_id, self.unk_id, self.cls_id, self.sep_id = (self._ids[t] for t in RESERVED_TOKENS[:4])
     init = tf.lookup.KeyValueTensorInitializer(
         tf.constant(self.vocab), tf.range(len(self.vocab), dtype=tf.int64))
-    self._table = tf.lookup.StaticHashTable(init, default_value=UNK_ID)
+    self._table = tf.lookup.StaticHashTable(init, default_value=self.unk_id)
     self._bert = tft.BertTokenizer(
-        self._table, suffix_indicator=SUFFIX, max_bytes_per_word=MAX_BYTES_PER_WORD,
-        token_out_type=tf.int64, unknown_token=UNK, split_unknown_characters=True,
+        self._table, suffix_indicator=SUFFIX,
+        max_bytes_per_word=MAX_BYTES_PER_WORD if own else MAX_BYTES_PER_BERT_WORD,
+        token_out_type=tf.int64, unknown_token=UNK, split_unknown_characters=own,
         **_BERT_PARAMS)
     # Traced once per Tokenizer: every tf.data map (and export graph) that tokenizes calls this
     # one graph function instead of tracing the wordpiece ops again (~0.6 CPU-s per pipeline).
@@ -180,7 +216,7 @@ class Tokenizer:
 
   def wordpieces(self, strings: tf.Tensor) -> tf.RaggedTensor:
     """[N] strings -> ragged [N, (pieces)] int64 ids, no specials, no truncation."""
-    return self._bert.tokenize(normalize(strings)).merge_dims(-2, -1)
+    return self._bert.tokenize(normalize(strings, self.normalization)).merge_dims(-2, -1)
 
   def tokenize(self, strings: tf.Tensor, langs=None):
     """[N] (or scalar) tf.string -> (ids int32 [N, max_len], mask int32 [N, max_len]).
@@ -206,10 +242,10 @@ class Tokenizer:
     """[N] tf.string -> (ids, mask) int32 [N, max_len]."""
     pieces = self.wordpieces(strings)[:, :self.max_len - 2]
     n = tf.shape(strings, out_type=tf.int64)[:1]
-    cls = tf.fill(tf.concat([n, [1]], 0), tf.constant(CLS_ID, tf.int64))
-    sep = tf.fill(tf.concat([n, [1]], 0), tf.constant(SEP_ID, tf.int64))
+    cls = tf.fill(tf.concat([n, [1]], 0), tf.constant(self.cls_id, tf.int64))
+    sep = tf.fill(tf.concat([n, [1]], 0), tf.constant(self.sep_id, tf.int64))
     seq = tf.concat([cls, pieces, sep], axis=1)
-    ids, mask = tft.pad_model_inputs(seq, max_seq_length=self.max_len, pad_value=PAD_ID)
+    ids, mask = tft.pad_model_inputs(seq, max_seq_length=self.max_len, pad_value=self.pad_id)
     ids, mask = tf.cast(ids, tf.int32), tf.cast(mask, tf.int32)
     ids.set_shape([None, self.max_len])
     mask.set_shape([None, self.max_len])
@@ -221,8 +257,8 @@ class Tokenizer:
   def detokenize(self, ids, mask=None) -> list:
     """ids [N, L] -> N strings of space-joined words, special tokens dropped (for inspection)."""
     ids = tf.cast(ids, tf.int64)
-    keep = ids >= len(RESERVED_TOKENS)
-    keep = tf.logical_or(keep, tf.equal(ids, UNK_ID))
+    special = [self._ids[t] for t in RESERVED_TOKENS if t in self._ids and t != UNK]
+    keep = tf.reduce_all(tf.not_equal(ids[..., None], tf.constant(special, tf.int64)), axis=-1)
     if mask is not None:
       keep = tf.logical_and(keep, tf.cast(mask, tf.bool))
     words = self._bert.detokenize(tf.ragged.boolean_mask(ids, keep))

@@ -69,11 +69,11 @@ def _kind(config) -> str:
 
 
 @functools.lru_cache(maxsize=8)
-def _tokenizer(path: str, max_len: int, digest: str) -> tokenizer_lib.Tokenizer:
+def _tokenizer(path: str, max_len: int, normalization: str, digest: str) -> tokenizer_lib.Tokenizer:
   """One Tokenizer per vocab (path and contents) and length in a process: runs after the first
   (a resume, evaluation, a notebook's next run) reuse its traced graph."""
   del digest  # Part of the cache key only.
-  return tokenizer_lib.Tokenizer(path, max_len)
+  return tokenizer_lib.Tokenizer(path, max_len, normalization)
 
 
 def wordpiece_path(config, workdir: str) -> Optional[str]:
@@ -111,7 +111,8 @@ def tokenizer(config, tasks: Sequence, workdir: str, learn_missing: bool = True)
   elif not epath.Path(path).exists():
     raise FileNotFoundError(f"config.data.vocab_path: {path} does not exist")
   digest = hashlib.sha256(epath.Path(path).read_bytes()).hexdigest()  # A rewritten file is read again.
-  tok = _tokenizer(path, config.model.text.max_len, digest)
+  tok = _tokenizer(path, config.model.text.max_len,
+                   config.data.get("text_normalization", "casefold"), digest)
   if tok.vocab_size > config.model.text.vocab_size:
     raise config_lib.ConfigError(
         f"config.model.text.vocab_size: {config.model.text.vocab_size} is smaller than the "

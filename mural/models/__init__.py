@@ -13,7 +13,8 @@ Logical axis names of the parameters (rules in config.sharding_rules):
   batch/layer norm scale, bias  ('norm',)
   token table            ('vocab', 'token_embed') if factorised, else ('vocab', 'embed')
   token projection       ('token_embed', 'embed'), bias ('embed',)
-  position table         ('position', 'embed')
+  position table         ('position', 'embed'); token-type table (None, 'embed')
+  BERT pooler            ('embed', 'proj'), bias ('proj',)
   attention q/k/v        ('embed', 'heads', 'kv'), bias ('heads', 'kv')
   attention output       ('heads', 'kv', 'embed'), bias ('embed',)
   MLP                    ('embed', 'mlp') / ('mlp', 'embed'), biases by output axis

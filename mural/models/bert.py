@@ -1,8 +1,10 @@
 """BERT encoder (Devlin et al. 2019) as a text tower.
 
 Post-LN transformer with GELU MLPs, learned position embeddings and a padding
-mask; the text embedding is the output at position 0 ([CLS]). There are no
-token-type (segment) embeddings: every input is a single segment.
+mask; the text embedding is the output at position 0 ([CLS]), or BERT's pooler
+(Dense + tanh) of it (`pooler`, as LaBSE embeds). Every input is a single segment:
+a public checkpoint's token-type table (`type_vocab_size` rows) adds its row 0 to
+every position, as BERT does for segment 0; mural's own towers have none.
 
 The token table may be factorised (ALBERT-style, as in MURAL-LARGE): a
 vocab x token_embed_dim table projected by a Dense to hidden_dim, which cuts
@@ -134,6 +136,8 @@ class Bert(nn.Module):
   max_len: int
   dropout_rate: float = 0.1
   remat: str = "none"  # Per encoder layer: mural/models/remat.py.
+  type_vocab_size: int = 0
+  pooler: bool = False
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
 
@@ -157,6 +161,10 @@ class Bert(nn.Module):
     positions = self.param("position_embed", _named(_init, ("position", "embed")),
                            (self.max_len, self.hidden_dim), self.param_dtype)
     x = x + positions[None, :ids.shape[1]].astype(x.dtype)
+    if self.type_vocab_size:
+      types = self.param("token_type_embed", _named(_init, (None, "embed")),
+                         (self.type_vocab_size, self.hidden_dim), self.param_dtype)
+      x = x + types[0].astype(x.dtype)
     x = _layer_norm("embed_norm", **kw)(x)
     x = dropout.Dropout(self.dropout_rate, deterministic=not train)(x)
     attention_mask = nn.make_attention_mask(mask > 0, mask > 0)
@@ -174,7 +182,10 @@ class Bert(nn.Module):
                  name=f"layer_{self.num_layers - 1}", **kw)
     cls = last(x, attention_mask, train, 1)
     x = jnp.concatenate([cls, last(x, attention_mask, train, None)[:, 1:]], axis=1)
-    return cls[:, 0], {"sequence": x}
+    embedding = cls[:, 0]
+    if self.pooler:
+      embedding = jnp.tanh(_dense(self.hidden_dim, "embed", "proj", "pooler", **kw)(embedding))
+    return embedding, {"sequence": x}
 
 
 def from_config(text_config, dtype, param_dtype) -> Bert:
@@ -183,4 +194,6 @@ def from_config(text_config, dtype, param_dtype) -> Bert:
   return Bert(vocab_size=t.vocab_size, token_embed_dim=t.token_embed_dim,
               hidden_dim=t.hidden_dim, num_layers=t.num_layers, num_heads=t.num_heads,
               mlp_dim=t.mlp_dim, max_len=t.max_len, dropout_rate=t.dropout_rate,
-              remat=remat.check(t.get("remat", "none"), "model.text.remat"), dtype=dtype, param_dtype=param_dtype)
+              remat=remat.check(t.get("remat", "none"), "model.text.remat"),
+              type_vocab_size=t.get("type_vocab_size", 0), pooler=t.get("pooler", False),
+              dtype=dtype, param_dtype=param_dtype)
