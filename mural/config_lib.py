@@ -55,6 +55,10 @@ def base_config() -> ml_collections.ConfigDict:
   # The first N of B0's 7 stages (None: all, as every paper tower): a shallower net for
   # small inputs and smoke runs (the tests' training config keeps 3: every block kind).
   c.model.image.num_stages = ml_collections.FieldReference(None, int)
+  # Per-channel input normalisation, (R, G, B) in [0, 255] units, that an imported ImageNet
+  # tower was trained with (mural.pretrained sets them); None: the pipeline's [-1, 1] as it is.
+  c.model.image.pixel_mean = ml_collections.FieldReference(None, tuple)
+  c.model.image.pixel_std = ml_collections.FieldReference(None, tuple)
 
   c.model.text = ml_collections.ConfigDict()
   # Tuning a tower, or not (LiT, Zhai et al. 2022): locked, a tower runs in inference mode and
@@ -76,6 +80,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.text.type_vocab_size = 0
   # BERT's pooler (Dense + tanh on [CLS]) as the embedding, as LaBSE embeds; False: [CLS] itself.
   c.model.text.pooler = False
+  c.model.text.gelu_approximate = False  # GELU's tanh form (Google's BERT checkpoints); False: exact.
   c.model.text.dropout_rate = 0.1
   c.model.text.remat = "none"  # Per encoder layer: none | full | dots (mural/models/remat.py).
 
@@ -505,6 +510,22 @@ def backbone_from(config, trained) -> None:
   """Sets BACKBONE_FIELDS of `config` (a system with a frozen image tower) to those of `trained`."""
   for field in BACKBONE_FIELDS:
     set_field(config, field, get_field(trained, field))
+
+
+def towers_from(config, imported: str) -> None:
+  """Starts `config` from the towers of `imported` (a directory mural.import_weights wrote):
+  its towers' fields (architecture, input normalisation) and data fields (text normalisation)
+  replace config's, and config.init_from names it, so the run loads its tensors and its
+  vocabulary. A tower it does not hold stays as config has it."""
+  record = json.loads((epath.Path(imported) / RECORD).read_text())
+  with config.unlocked():
+    for kind, fields in record.get("model", {}).items():
+      for field, value in fields.items():
+        config.model[kind][field] = tuple(value) if isinstance(value, list) else value
+    for field, value in record.get("data", {}).items():
+      config.data[field] = value
+    config.init_from = str(imported)
+    config.data.vocab_path = ""  # The import's vocabulary goes with its token table.
 
 
 def sibling(config_file: str, name: str) -> ml_collections.ConfigDict:

@@ -98,6 +98,7 @@ class EncoderLayer(nn.Module):
   num_heads: int
   mlp_dim: int
   dropout_rate: float
+  gelu_approximate: bool = False
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
 
@@ -121,7 +122,7 @@ class EncoderLayer(nn.Module):
         name="attention", **kw)(x, kv, attention_mask, not train)
     x = _layer_norm("attention_norm", **kw)(x + drop(y))
     y = _dense(self.mlp_dim, "embed", "mlp", "mlp_in", **kw)(x.reshape(-1, hidden))
-    y = _dense(hidden, "mlp", "embed", "mlp_out", **kw)(nn.gelu(y, approximate=False))
+    y = _dense(hidden, "mlp", "embed", "mlp_out", **kw)(nn.gelu(y, approximate=self.gelu_approximate))
     return _layer_norm("mlp_norm", **kw)(x + drop(y.reshape(x.shape)))
 
 
@@ -138,6 +139,9 @@ class Bert(nn.Module):
   remat: str = "none"  # Per encoder layer: mural/models/remat.py.
   type_vocab_size: int = 0
   pooler: bool = False
+  # GELU's tanh approximation, as Google's BERT code (and HF's 'gelu_new') computes it; False:
+  # the exact erf form (HF's 'gelu', mural's own towers).
+  gelu_approximate: bool = False
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
 
@@ -171,14 +175,14 @@ class Bert(nn.Module):
     # (self, x, mask, train, first_rows).
     layer = remat.block(EncoderLayer, self.remat, static_argnums=(3, 4))
     for i in range(self.num_layers - 1):
-      x = layer(self.num_heads, self.mlp_dim, self.dropout_rate, name=f"layer_{i}", **kw)(
-          x, attention_mask, train, None)
+      x = layer(self.num_heads, self.mlp_dim, self.dropout_rate, self.gelu_approximate,
+                name=f"layer_{i}", **kw)(x, attention_mask, train, None)
     # [CLS] goes through the last layer on its own (one query position), and is position 0
     # of the whole-sequence output too: a caller that reads only [CLS] (a dual encoder)
     # leaves the rest unused and XLA drops it, so the last layer runs 1 position, not L.
     # With dropout the one position draws its own masks, as it would in the whole layer:
     # no other position's mask reaches [CLS].
-    last = layer(self.num_heads, self.mlp_dim, self.dropout_rate,
+    last = layer(self.num_heads, self.mlp_dim, self.dropout_rate, self.gelu_approximate,
                  name=f"layer_{self.num_layers - 1}", **kw)
     cls = last(x, attention_mask, train, 1)
     x = jnp.concatenate([cls, last(x, attention_mask, train, None)[:, 1:]], axis=1)
@@ -196,4 +200,5 @@ def from_config(text_config, dtype, param_dtype) -> Bert:
               mlp_dim=t.mlp_dim, max_len=t.max_len, dropout_rate=t.dropout_rate,
               remat=remat.check(t.get("remat", "none"), "model.text.remat"),
               type_vocab_size=t.get("type_vocab_size", 0), pooler=t.get("pooler", False),
+              gelu_approximate=t.get("gelu_approximate", False),
               dtype=dtype, param_dtype=param_dtype)

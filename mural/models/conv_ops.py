@@ -209,6 +209,16 @@ def xla_conv(x, kernel, stride: int, groups: int = 1):
       feature_group_count=groups)
 
 
+def symmetric_conv(x, kernel, stride: int, groups: int = 1):
+  """A conv padded (k - 1) // 2 on every side, as PyTorch and Keras' explicit ZeroPadding
+  pad (torchvision / timm / keras.applications ResNets): at stride 1 the same as SAME; at
+  stride 2 SAME pads one pixel less before and one more after."""
+  pad = (kernel.shape[0] - 1) // 2
+  return lax.conv_general_dilated(
+      x, kernel, (stride, stride), ((pad, pad), (pad, pad)),
+      dimension_numbers=("NHWC", "HWIO", "NHWC"), feature_group_count=groups)
+
+
 def conv2d(x, kernel, stride: int, groups: int, impl: str):
   """SAME conv of x [B,H,W,Cin] with an HWIO kernel by impl ('xla' | 'fast' | 'auto')."""
   impl = resolve_conv_impl(impl)

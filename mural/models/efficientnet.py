@@ -31,6 +31,8 @@ from mural.models.image_layers import ConvWeights
 from mural.models.image_layers import DEPTHWISE
 from mural.models.image_layers import FusedBatchNorm
 from mural.models.image_layers import NormAct
+from mural.models.image_layers import pixel_normalize
+from mural.models.image_layers import pixel_triple
 from mural.models.native_ops import native_applies
 from mural.models.native_ops import native_norm_act_squeeze_excite
 from mural.models.native_ops import Pointwise
@@ -201,6 +203,9 @@ class EfficientNet(nn.Module):
   norm_impl: str = "auto"  # 'auto' | 'flax' | 'fused': see mural/models/op_impls.py.
   remat: str = "none"  # Per MBConv block: mural/models/remat.py.
   num_stages: Optional[int] = None  # The first N of B0's 7 stages; None: all (every paper tower).
+  # Per-channel input normalisation in [0, 255] units (an imported ImageNet tower's); None: none.
+  pixel_mean: Optional[Tuple[float, float, float]] = None
+  pixel_std: Optional[Tuple[float, float, float]] = None
 
   @property
   def stages(self) -> Tuple[Stage, ...]:
@@ -232,6 +237,7 @@ class EfficientNet(nn.Module):
     check_norm_impl(self.norm_impl)
     kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
     conv = functools.partial(_conv, impl=self.conv_impl, **kw)
+    images = pixel_normalize(images, self.pixel_mean, self.pixel_std)
     x = conv(round_filters(STEM_FILTERS, self.width), CONV, kernel=3, strides=2,
              name="stem_conv")(images)
     # Where the first block starts with its depthwise conv and has no residual (B0-B7), that
@@ -291,4 +297,6 @@ def from_config(image_config, dtype, param_dtype) -> EfficientNet:
       norm_impl=check_norm_impl(image_config.get("norm_impl", "auto")),
       remat=remat.check(image_config.get("remat", "none"), "model.image.remat"),
       num_stages=num_stages,
+      pixel_mean=pixel_triple(image_config.get("pixel_mean"), "pixel_mean"),
+      pixel_std=pixel_triple(image_config.get("pixel_std"), "pixel_std"),
       dtype=dtype, param_dtype=param_dtype)

@@ -15,7 +15,9 @@ import jax
 from jax import lax
 import jax.numpy as jnp
 
+from mural import config_lib
 from mural.models.conv_ops import conv2d
+from mural.models.conv_ops import symmetric_conv
 from mural.models.native_ops import native_applies
 from mural.models.native_ops import native_expand_norm_act_depthwise
 from mural.models.native_ops import native_norm_act_depthwise_conv
@@ -30,6 +32,28 @@ from mural.models.op_impls import resolve_conv_impl
 
 CONV = (None, None, "conv_in", "conv_out")  # Logical names of a conv kernel.
 DEPTHWISE = (None, None, None, "conv_out")  # Depthwise kernel: one input channel per group.
+PADDINGS = ("same", "symmetric")  # TF's SAME, or (k - 1) // 2 each side (PyTorch, Keras' ResNets).
+
+
+def pixel_triple(value, field: str):
+  """config.model.image.<field>: None or three numbers (R, G, B) -> a tuple (hashable: a module
+  field), or a one-line ConfigError."""
+  if value is None:
+    return None
+  if len(value) != 3 or not all(isinstance(v, (int, float)) for v in value):
+    raise config_lib.ConfigError(f"config.model.image.{field}: three numbers (R, G, B), got {value!r}")
+  return tuple(float(v) for v in value)
+
+
+def pixel_normalize(images, mean, std):
+  """Images in the pipeline's [-1, 1] -> (pixel - mean) / std per channel, with mean and std
+  in [0, 255] units: what a public ImageNet checkpoint was trained on. None: unchanged."""
+  if mean is None and std is None:
+    return images
+  pixels = (images.astype(jnp.float32) + 1.0) * 127.5
+  mean = jnp.asarray(mean if mean is not None else (0.0, 0.0, 0.0), jnp.float32)
+  std = jnp.asarray(std if std is not None else (1.0, 1.0, 1.0), jnp.float32)
+  return ((pixels - mean) / std).astype(images.dtype)
 
 
 class NormAct(NamedTuple):
@@ -60,6 +84,7 @@ class Conv(nn.Module):
   dtype: Any = None
   param_dtype: Any = jnp.float32
   impl: str = "auto"
+  padding: str = "same"  # PADDINGS.
 
   @nn.compact
   def __call__(self, inputs):
@@ -69,6 +94,11 @@ class Conv(nn.Module):
     fast = impl in ("fast", "native")
     kernel, bias = self.weights((inputs.x if isinstance(inputs, NormAct) else inputs).shape[-1])
     channels = kernel.shape[2] * groups
+    if self.padding == "symmetric" and self.strides > 1 and k > 1:  # Elsewhere it is SAME.
+      x = inputs.materialize() if isinstance(inputs, NormAct) else inputs
+      x, kernel, bias = nn.dtypes.promote_dtype(x, kernel, bias, dtype=self.dtype)
+      y = symmetric_conv(x, kernel, self.strides, groups)
+      return y if bias is None else y + bias
     if isinstance(inputs, NormAct) and isinstance(inputs.x, Pointwise):
       # MBConv makes one only where the native op applies.
       kernel, bias = nn.dtypes.promote_dtype(kernel, bias, dtype=self.dtype)

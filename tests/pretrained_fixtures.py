@@ -1,0 +1,89 @@
+"""Checkpoints in public layouts with random weights, for the importer tests: a Hugging Face
+BERT directory (the tensor names and config keys of transformers' BertForPreTraining) and
+Google's TensorFlow BERT checkpoint of the same weights (written by TensorFlow's Saver)."""
+
+import json
+
+import numpy as np
+
+BERT = dict(vocab_size=0, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+            intermediate_size=64, hidden_act="gelu", max_position_embeddings=40, type_vocab_size=2,
+            hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, layer_norm_eps=1e-12,
+            model_type="bert", position_embedding_type="absolute", architectures=["BertForPreTraining"])
+
+
+def bert_weights(cfg: dict, seed: int = 0) -> dict:
+  """{Hugging Face name: float32 array} of a random BERT with a masked-LM and next-sentence head."""
+  rng = np.random.default_rng(seed)
+  h, m, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+  normal = lambda *shape: rng.normal(0, 0.5, shape).astype(np.float32)
+  w = {"bert.embeddings.word_embeddings.weight": normal(v, h),
+       "bert.embeddings.position_embeddings.weight": normal(cfg["max_position_embeddings"], h),
+       "bert.embeddings.token_type_embeddings.weight": normal(cfg["type_vocab_size"], h),
+       "bert.embeddings.LayerNorm.weight": 1 + normal(h), "bert.embeddings.LayerNorm.bias": normal(h)}
+  for i in range(cfg["num_hidden_layers"]):
+    p = f"bert.encoder.layer.{i}."
+    for part in ("query", "key", "value"):
+      w[f"{p}attention.self.{part}.weight"], w[f"{p}attention.self.{part}.bias"] = normal(h, h), normal(h)
+    w[f"{p}attention.output.dense.weight"], w[f"{p}attention.output.dense.bias"] = normal(h, h), normal(h)
+    w[f"{p}attention.output.LayerNorm.weight"], w[f"{p}attention.output.LayerNorm.bias"] = 1 + normal(h), normal(h)
+    w[f"{p}intermediate.dense.weight"], w[f"{p}intermediate.dense.bias"] = normal(m, h), normal(m)
+    w[f"{p}output.dense.weight"], w[f"{p}output.dense.bias"] = normal(h, m), normal(h)
+    w[f"{p}output.LayerNorm.weight"], w[f"{p}output.LayerNorm.bias"] = 1 + normal(h), normal(h)
+  w["bert.pooler.dense.weight"], w["bert.pooler.dense.bias"] = normal(h, h), normal(h)
+  w["cls.predictions.bias"] = normal(v)
+  w["cls.predictions.transform.dense.weight"], w["cls.predictions.transform.dense.bias"] = normal(h, h), normal(h)
+  w["cls.predictions.transform.LayerNorm.weight"] = 1 + normal(h)
+  w["cls.predictions.transform.LayerNorm.bias"] = normal(h)
+  w["cls.seq_relationship.weight"], w["cls.seq_relationship.bias"] = normal(2, h), normal(2)
+  return w
+
+
+def write_hf_bert(root, vocab, lower_case: bool, seed: int = 0, **overrides) -> dict:
+  """A Hugging Face BERT directory at `root` (model.safetensors, config.json, vocab.txt,
+  tokenizer_config.json); returns its weights."""
+  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
+  root.mkdir(parents=True, exist_ok=True)
+  cfg = dict(BERT, vocab_size=len(vocab), **overrides)
+  weights = bert_weights(cfg, seed)
+  save_file(weights, str(root / "model.safetensors"))
+  (root / "config.json").write_text(json.dumps(cfg))
+  (root / "vocab.txt").write_text("".join(t + "\n" for t in vocab))
+  (root / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": lower_case,
+                                                          "tokenizer_class": "BertTokenizer"}))
+  return weights
+
+
+def write_tf_bert(root, weights: dict, vocab) -> None:
+  """Google's layout of the same weights: bert_config.json, vocab.txt and bert_model.ckpt with
+  TF names ('bert/encoder/layer_0/attention/self/query/kernel', [in, out] kernels)."""
+  import re  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  root.mkdir(parents=True, exist_ok=True)
+  cfg = {k: v for k, v in BERT.items() if k not in ("model_type", "architectures", "position_embedding_type",
+                                                      "layer_norm_eps")}
+  cfg["vocab_size"] = len(vocab)
+  (root / "bert_config.json").write_text(json.dumps(cfg))
+  (root / "vocab.txt").write_text("".join(t + "\n" for t in vocab))
+  graph = tf.Graph()
+  with graph.as_default():
+    variables = []
+    for name, value in weights.items():
+      tf_name = re.sub(r"layer\.(\d+)", r"layer_\1", name).replace(".", "/")
+      is_norm = "LayerNorm" in tf_name
+      if tf_name.endswith("/weight"):
+        if is_norm:
+          tf_name = tf_name.removesuffix("/weight") + "/gamma"
+        elif "embeddings" in tf_name and "LayerNorm" not in tf_name:
+          tf_name = tf_name.removesuffix("/weight")
+        else:
+          tf_name, value = tf_name.removesuffix("/weight") + "/kernel", value.T
+      elif tf_name.endswith("/bias") and is_norm:
+        tf_name = tf_name.removesuffix("/bias") + "/beta"
+      if tf_name == "cls/seq_relationship/kernel":
+        tf_name, value = "cls/seq_relationship/output_weights", value.T
+      variables.append(tf.compat.v1.get_variable(tf_name, initializer=np.ascontiguousarray(value)))
+    saver = tf.compat.v1.train.Saver(variables)
+    with tf.compat.v1.Session(graph=graph) as session:
+      session.run(tf.compat.v1.global_variables_initializer())
+      saver.save(session, str(root / "bert_model.ckpt"), write_meta_graph=False)
