@@ -1,10 +1,35 @@
 """Checkpoints in public layouts with random weights, for the importer tests: a Hugging Face
-BERT directory (the tensor names and config keys of transformers' BertForPreTraining) and
-Google's TensorFlow BERT checkpoint of the same weights (written by TensorFlow's Saver)."""
+BERT directory (the tensor names and config keys of transformers' BertForPreTraining), Google's
+TensorFlow BERT checkpoint of the same weights (written by TensorFlow's Saver), and
+keras.applications models with random weights and batch statistics in Keras' HDF5 layout
+(written by Keras)."""
 
 import json
 
 import numpy as np
+
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+# Text in the scripts and cases a multilingual vocabulary meets.
+MULTILINGUAL = [
+    "Le café est très bon à Paris.", "Příliš žluťoučký kůň úpěl ďábelské ódy",
+    "Straße und Grüße, ÄÖÜ", "İstanbul'da ISTANBUL", "我爱北京天安门。", "ねこがすきです",
+    "안녕하세요 세계", "مَرْحَبًا بالعالم", "लड़की नमस्ते दुनिया", "Привет, МИР! Ёлка",
+    "😀 smile 👍🏽 👨‍👩‍👧 family", "", "  ", "tab\there\nnew\u00a0nbsp\u3000ideo",
+    "ctrl\x07char zw\u200bsp soft\u00adhyphen", "A man in a RED shirt is riding a bike.",
+    "Ein Mann fährt Fahrrad", "ﬁne Ｆｕｌｌ", "x" * 99, "y" * 101,
+]
+
+
+def bert_vocab(lowercase: bool) -> list:
+  """A wordpiece vocabulary learned by `tokenizers`' own trainer from MULTILINGUAL, laid out as
+  multilingual BERT's is: [PAD], [unused*], then [UNK], [CLS], [SEP], [MASK] (not mural's ids)."""
+  from tokenizers import BertWordPieceTokenizer  # pylint: disable=g-import-not-at-top
+  trainer = BertWordPieceTokenizer(lowercase=lowercase)
+  trainer.train_from_iterator(MULTILINGUAL * 3, vocab_size=200, min_frequency=1,
+                              special_tokens=SPECIALS, limit_alphabet=80)
+  learned = sorted(trainer.get_vocab().items(), key=lambda kv: kv[1])
+  body = [t for t, _ in learned if t not in SPECIALS]
+  return ["[PAD]"] + [f"[unused{i}]" for i in range(1, 6)] + SPECIALS[1:] + body
 
 BERT = dict(vocab_size=0, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
             intermediate_size=64, hidden_act="gelu", max_position_embeddings=40, type_vocab_size=2,
@@ -87,3 +112,31 @@ def write_tf_bert(root, weights: dict, vocab) -> None:
     with tf.compat.v1.Session(graph=graph) as session:
       session.run(tf.compat.v1.global_variables_initializer())
       saver.save(session, str(root / "bert_model.ckpt"), write_meta_graph=False)
+
+
+def randomize_keras(model, seed: int = 0) -> None:
+  """Random weights, batch-norm statistics and input normalisation (He-scaled kernels, so the
+  activations keep their size through the depth)."""
+  rng = np.random.default_rng(seed)
+  for layer in model.layers:
+    values = []
+    for w, v in zip(layer.get_weights(), layer.weights):
+      name = v.path.rsplit("/", 1)[-1]
+      if name in ("moving_variance", "variance", "gamma"):
+        values.append(rng.uniform(0.5, 1.5, w.shape))
+      elif name == "count":
+        values.append(w)
+      elif name in ("moving_mean", "mean", "beta", "bias"):
+        values.append(rng.normal(0, 0.1, w.shape))
+      else:
+        values.append(rng.normal(0, 1, w.shape) * np.sqrt(2.0 / np.prod(w.shape[:-1])))
+    if values:
+      layer.set_weights([np.asarray(x, np.float32) for x in values])
+
+
+def write_keras_h5(model, path) -> None:
+  """model's weights in the HDF5 layout keras.applications' files have (Keras' own writer)."""
+  import h5py  # pylint: disable=g-import-not-at-top
+  from keras.src.legacy.saving import legacy_h5_format  # pylint: disable=g-import-not-at-top
+  with h5py.File(str(path), "w") as f:
+    legacy_h5_format.save_weights_to_hdf5_group(f, model)

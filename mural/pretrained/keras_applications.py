@@ -58,14 +58,18 @@ def _stage_blocks(names, pattern):
 
 
 def _efficientnet_variant(reader, path) -> str:
+  """The variant whose stem and head widths and blocks per stage the file has (B1 and B2 differ
+  in width only)."""
   stem = reader.get(_get(reader, path, "stem_conv/kernel")).shape[-1]
+  head = reader.get(_get(reader, path, "top_conv/kernel")).shape[-1]
   found = [n for _, n in sorted(_stage_blocks(reader.names(), r"block(\d)([a-z])_").items())]
   for variant, (width, depth, _, _) in efficientnet.VARIANTS.items():
     expected = [efficientnet.round_repeats(s.repeats, depth) for s in efficientnet.B0_STAGES]
-    if efficientnet.round_filters(efficientnet.STEM_FILTERS, width) == stem and expected == found:
+    if (efficientnet.round_filters(efficientnet.STEM_FILTERS, width) == stem and expected == found
+        and efficientnet.round_filters(efficientnet.HEAD_FILTERS, width) == head):
       return variant
-  raise CheckpointError(f"{path}: an EfficientNet with stem width {stem} and blocks per stage {found} "
-                        f"is none of {sorted(efficientnet.VARIANTS)}")
+  raise CheckpointError(f"{path}: an EfficientNet with stem width {stem}, head width {head} and blocks "
+                        f"per stage {found} is none of {sorted(efficientnet.VARIANTS)}")
 
 
 def _pixel_normalisation(reader):
@@ -83,7 +87,11 @@ def _pixel_normalisation(reader):
 
 
 def read_efficientnet(path: str) -> Tower:
-  reader = KerasH5(path)
+  return efficientnet_tower(KerasH5(path), path)
+
+
+def efficientnet_tower(reader, path: str) -> Tower:
+  """The Tower of a Keras EfficientNet's weights (reader: names() and get(name), as KerasH5)."""
   variant = _efficientnet_variant(reader, path)
   width, depth, _, _ = efficientnet.VARIANTS[variant]
   mean, std, note = _pixel_normalisation(reader)
@@ -119,7 +127,11 @@ def read_efficientnet(path: str) -> Tower:
 
 
 def read_resnet(path: str) -> Tower:
-  reader = KerasH5(path)
+  return resnet_tower(KerasH5(path), path)
+
+
+def resnet_tower(reader, path: str) -> Tower:
+  """The Tower of a Keras ResNet's weights (reader: names() and get(name), as KerasH5)."""
   blocks = _stage_blocks(reader.names(), r"conv(\d)_block(\d+)_")
   per_stage = tuple(blocks.get(s, 0) for s in (2, 3, 4, 5))
   depth = next((d for d, (kind, stages) in resnet.DEPTHS.items()
