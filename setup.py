@@ -18,6 +18,9 @@ INSTALL_REQUIRES = [
     "numpy>=1.26",
     "Pillow>=10.1",
     "faiss-cpu>=1.8,<2",  # mural.index: exact and ANN (HNSW, IVF-PQ) search over embeddings.
+    # mural.import_weights: Hugging Face safetensors and Keras HDF5 checkpoints, read tensor by tensor.
+    "safetensors>=0.4,<1",
+    "h5py>=3.10",
 ]
 
 setuptools.setup(
@@ -32,7 +35,10 @@ setuptools.setup(
     # img2dataset: tests write shards with its own writer classes (tests/test_img2dataset.py).
     extras_require={
         # pytest-xdist: `make test` runs on 2 workers (tests/conftest.py groups the tests).
-        "test": ["pytest>=8", "pytest-xdist>=3.5,<4", "img2dataset>=1.47,<2"],
+        # tokenizers and keras-hub: the references the checkpoint importers are tested against
+        # (no PyTorch: a few MB, CPU only).
+        "test": ["pytest>=8", "pytest-xdist>=3.5,<4", "img2dataset>=1.47,<2", "tokenizers>=0.20,<1",
+                 "keras-hub>=0.30,<1"],
         # Accelerators: the jax build for them (the CPU jax above is replaced).
         "cuda": ["jax[cuda12]>=0.10,<0.11"],
         "tpu": ["jax[tpu]>=0.10,<0.11"],

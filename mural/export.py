@@ -40,6 +40,7 @@ that declares those heads exports the same way.
 import json
 import os
 import shutil
+import types
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 import jax
@@ -89,6 +90,27 @@ def abstract_variables(model, tasks, config) -> Dict[str, Any]:
   v = jax.eval_shape(lambda r: nn.unbox(system_lib.init_variables(model, tasks, config, r)),
                      jax.random.PRNGKey(0))
   return {"params": v["params"], "batch_stats": v.get("batch_stats", {})}
+
+
+def untrained_variables(config, model, tasks, abstract, workdir: str) -> Dict[str, Any]:
+  """A run's variables before its first step, of a workdir that has trained none: initialised
+  from config.seed, then config.init_from's warm start (an import exports as it starts). Copies
+  the source's vocabulary into the workdir, as a run would."""
+  import flax.linen as nn  # pylint: disable=g-import-not-at-top
+  from mural import system as system_lib  # pylint: disable=g-import-not-at-top
+  from mural import warm_start  # pylint: disable=g-import-not-at-top
+  from mural.data import vocab  # pylint: disable=g-import-not-at-top
+  initial = nn.unbox(system_lib.init_variables(model, tasks, config, jax.random.PRNGKey(config.seed)))
+  variables = {"params": initial["params"], "batch_stats": initial.get("batch_stats", {})}
+  epath.Path(workdir).mkdir(parents=True, exist_ok=True)
+  vocab.learn(config, tasks, workdir)
+  warm = warm_start.match(types.SimpleNamespace(**abstract), config, vocab.wordpiece_path(config, workdir))
+  out = {}
+  for collection, tree in variables.items():
+    out[collection] = jax.tree_util.tree_map_with_path(
+        lambda path, leaf, c=collection: np.asarray(warm.arrays.get(
+            f"{c}/{'/'.join(str(getattr(k, 'key', k)) for k in path)}", leaf), np.asarray(leaf).dtype), tree)
+  return out
 
 
 def check_fits(variables, abstract, what: str) -> None:
@@ -144,9 +166,12 @@ def export(config, workdir: str, export_dir: Optional[str] = None, step: Optiona
   from mural import systems  # pylint: disable=g-import-not-at-top
   from mural.data import vocab  # pylint: disable=g-import-not-at-top
   model, heads, tasks = model_and_heads(config)
-  step, variables = checkpointing.read_params(workdir, step)
-  variables = {"params": variables["params"], "batch_stats": variables.get("batch_stats", {})}
   abstract = abstract_variables(model, tasks, config)
+  if config.init_from and step in (None, 0) and not checkpointing.directory(workdir).exists():
+    step, variables = 0, untrained_variables(config, model, tasks, abstract, workdir)
+  else:
+    step, variables = checkpointing.read_params(workdir, step)
+  variables = {"params": variables["params"], "batch_stats": variables.get("batch_stats", {})}
   if "image_tower" not in abstract["params"]:  # Text-only pre-training: nothing embeds an image.
     raise config_lib.ConfigError(
         f"config.tasks: the active tasks of this {config.system} config "
@@ -191,7 +216,7 @@ def export(config, workdir: str, export_dir: Optional[str] = None, step: Optiona
                   "resize_method": "short side to `resize` (bilinear, antialiased), central `size` crop",
                   "mean": [127.5] * 3, "std": [127.5] * 3, "input": "RGB, pixels in [0, 255]"},
         "text": {"max_len": int(config.model.text.max_len), "vocab": vocab_name,
-                 "normalization": "NFKC_Casefold (accents kept)",
+                 "normalization": config.data.get("text_normalization", "casefold"),
                  "tokenizer": "words" if words else "wordpiece",
                  "needs_language": bool(words and not config.data.get("word_vocab_union", False))},
         "files": {"params": PARAMS, "config": CONFIG, "vocab": vocab_name},

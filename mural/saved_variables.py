@@ -32,6 +32,12 @@ def read_variables(path: str) -> Tuple[Dict[str, Any], int]:
                           "(no checkpoints/)")
 
 
+def is_import(path: str) -> bool:
+  """Whether `path` holds towers imported from public checkpoints (mural.import_weights)."""
+  manifest = epath.Path(path) / MANIFEST
+  return manifest.exists() and json.loads(manifest.read_text()).get("kind") == "import"
+
+
 def flat(tree) -> Dict[str, Any]:
   """{'a/b/c': leaf} of a nested dict (names as in checkpoints and the export)."""
   out = {}

@@ -117,6 +117,12 @@ def match(state, config, vocab_path: Optional[str] = None) -> WarmStart:
         report["loaded"].append(full)
         arrays[full] = value
     report["unused"] += [f"{collection}/{n}" for n in have if f"{collection}/{n}" not in arrays]
+  if saved_variables.is_import(config.init_from):
+    missed = [n for n in report["unused"] if take(n.split("/", 1)[1])]
+    if missed:
+      raise ValueError(f"config.init_from: {missed[0]} of the imported towers in {config.init_from} fits "
+                       f"no variable of this model ({len(missed)} do not): the model's fields must be the "
+                       "import's (config_lib.towers_from sets them)")
   if not report["loaded"]:
     raise ValueError(f"config.init_from: no array of {config.init_from} matches this model by name "
                      f"and shape (init_from_parts={parts!r}); newly initialised: "

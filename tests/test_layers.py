@@ -26,7 +26,7 @@ LAYERS = (
         "mural.step", "mural.device_memory", "mural.warm_start", "mural.train")),
     ("tools and entry points", (
         "mural.plan", "mural.describe", "mural.export", "mural.embed", "mural.index", "mural.search",
-        "mural.svcca", "mural.learn_words", "mural.main")),
+        "mural.svcca", "mural.learn_words", "mural.pretrained", "mural.import_weights", "mural.main")),
 )
 
 

@@ -199,7 +199,7 @@ def test_every_keras_variant_fits_its_tower(tmp_path, name):
   model = _keras_model(name, 32)
   tower = (keras_applications.resnet_tower if name.startswith("ResNet")
            else keras_applications.efficientnet_tower)(_KerasWeights(model), name)
-  shapes, mapped = writer.plan([tower])
+  shapes, mapped, _ = writer.plan([tower])
   for target, m in mapped.items():
     assert m.load().shape == shapes[target], (m.source, target)
   assert sum(int(np.prod(s)) for s in shapes.values()) == model.count_params() - (
@@ -223,3 +223,51 @@ def test_a_checkpoint_that_does_not_fit_is_one_line(tmp_path, cased_vocab, capsy
   (tmp_path / "hf" / "model.safetensors").unlink()
   with pytest.raises(CheckpointError, match="no model.safetensors"):
     import_weights.pretrained.read(f"hf_bert:{tmp_path / 'hf'}")
+
+
+def test_lit_from_imported_bert_and_efficientnet_starts_at_the_reference_and_keeps_the_image_tower(
+    tmp_path, cased_vocab):
+  """The recipe end to end on the tiny config's data: import a Hugging Face BERT and a Keras
+  EfficientNetB0 (random weights), start a run from them with the image tower locked (LiT) and
+  the text side unheaded; its step-0 export embeds texts as the reference model does, and after
+  training the locked tower is bit-identical to the import while the text tower has moved."""
+  from conftest import tiny_config  # pylint: disable=g-import-not-at-top
+  from mural import export  # pylint: disable=g-import-not-at-top
+  from mural import train  # pylint: disable=g-import-not-at-top
+  weights = write_hf_bert(tmp_path / "hf", cased_vocab, lower_case=False, seed=2)
+  keras_model = _keras_model("EfficientNetB0", 32)
+  randomize_keras(keras_model)
+  write_keras_h5(keras_model, tmp_path / "b0.h5")
+  imported = tmp_path / "imported"
+  _import(imported, text=f"hf_bert:{tmp_path / 'hf'}", image=f"keras_efficientnet:{tmp_path / 'b0.h5'}",
+          max_len=16)
+  manifest = json.loads((imported / "manifest.json").read_text())
+  config = tiny_config(total_steps=3, eval_every_steps=0)
+  config_lib.towers_from(config, str(imported))
+  config.model.image.locked = True
+  config.tasks.i2t.image_head, config.tasks.i2t.text_head = "i2t", ""  # Texts embed as the tower does.
+  config.model.heads.embed_dim = manifest["towers"]["text"]["output_dim"]
+  config.tasks.t2t.weight = 0.0
+  workdir = str(tmp_path / "run")
+  model = export.load(export.export(config, workdir, saved_model=False))  # Untrained: step 0.
+  assert json.loads((tmp_path / "run" / "export" / "step_0" / "manifest.json").read_text())["step"] == 0
+  cfg = json.loads((tmp_path / "hf" / "config.json").read_text())
+  reference = BertWordPieceTokenizer(str(tmp_path / "hf" / "vocab.txt"), lowercase=False)
+  reference.enable_truncation(16)
+  reference.enable_padding(length=16, pad_id=0)
+  encoded = reference.encode_batch(TEXTS)
+  cls, _ = _numpy_bert(weights, cfg, np.array([e.ids for e in encoded]),
+                       np.array([e.attention_mask for e in encoded]))
+  cls /= np.linalg.norm(cls, axis=-1, keepdims=True)
+  assert _relative(model.embed_texts(TEXTS), cls) < 1e-4
+
+  state = train.train_and_evaluate(config, workdir, evaluators=[])["state"]
+  start, _ = saved_variables.read_variables(str(imported))
+  trained = {c: saved_variables.flat(getattr(state, c)) for c in ("params", "batch_stats")}
+  for name, value in saved_variables.flat(start).items():
+    collection, rest = name.split("/", 1)
+    if rest.startswith("image_tower/"):
+      np.testing.assert_array_equal(np.asarray(trained[collection][rest]), value)
+  moved = [n for n, v in saved_variables.flat(start["params"]["text_tower"]).items()
+           if not np.array_equal(np.asarray(trained["params"][f"text_tower/{n}"]), v)]
+  assert moved

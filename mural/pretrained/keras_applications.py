@@ -95,8 +95,8 @@ def efficientnet_tower(reader, path: str) -> Tower:
   variant = _efficientnet_variant(reader, path)
   width, depth, _, _ = efficientnet.VARIANTS[variant]
   mean, std, note = _pixel_normalisation(reader)
-  fields = dict(name="efficientnet", variant=variant, include_head=True, num_classes=0,
-                num_stages=None, pixel_mean=mean, pixel_std=std)
+  fields = dict(name="efficientnet", variant=variant, width_coefficient=None, depth_coefficient=None,
+                include_head=True, num_classes=0, num_stages=None, pixel_mean=mean, pixel_std=std)
   t = "image_tower"
   tensors = [_map(reader, path, f"params/{t}/stem_conv/kernel", "stem_conv/kernel")]
   tensors += _bn(reader, path, t, "stem_bn", "stem_bn")
