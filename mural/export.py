@@ -100,7 +100,8 @@ def untrained_variables(config, model, tasks, abstract, workdir: str) -> Dict[st
   from mural import system as system_lib  # pylint: disable=g-import-not-at-top
   from mural import warm_start  # pylint: disable=g-import-not-at-top
   from mural.data import vocab  # pylint: disable=g-import-not-at-top
-  initial = nn.unbox(system_lib.init_variables(model, tasks, config, jax.random.PRNGKey(config.seed)))
+  initial = jax.jit(lambda rng: nn.unbox(system_lib.init_variables(model, tasks, config, rng)))(
+      jax.random.PRNGKey(config.seed))
   variables = {"params": initial["params"], "batch_stats": initial.get("batch_stats", {})}
   epath.Path(workdir).mkdir(parents=True, exist_ok=True)
   vocab.learn(config, tasks, workdir)

@@ -225,13 +225,30 @@ def test_a_checkpoint_that_does_not_fit_is_one_line(tmp_path, cased_vocab, capsy
     import_weights.pretrained.read(f"hf_bert:{tmp_path / 'hf'}")
 
 
-def test_lit_from_imported_bert_and_efficientnet_starts_at_the_reference_and_keeps_the_image_tower(
-    tmp_path, cased_vocab):
-  """The recipe end to end on the tiny config's data: import a Hugging Face BERT and a Keras
-  EfficientNetB0 (random weights), start a run from them with the image tower locked (LiT) and
-  the text side unheaded; its step-0 export embeds texts as the reference model does, and after
-  training the locked tower is bit-identical to the import while the text tower has moved."""
-  from conftest import tiny_config  # pylint: disable=g-import-not-at-top
+def _user_folder(root, count=12):
+  """The converter's folder of a user's TSV (image path, caption, lang): random photos, captions
+  in English and German, translation pairs (configs/custom.py reads it)."""
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  from mural.data import convert  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(3)
+  rows = []
+  for n in range(count):
+    Image.fromarray(rng.integers(0, 255, (40, 48, 3), np.uint8)).save(root / f"{n}.png")
+    rows += [f"{root / f'{n}.png'}\tA man in a RED shirt {n}\ten", f"{root / f'{n}.png'}\tEin Mann {n}\tde"]
+  (root / "train.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+  folder = root / "mine"
+  convert.convert(str(root / "train.tsv"), str(folder), 1, prefix="train")
+  (folder / "pairs.tsv").write_text("".join(f"A man {n}\tEin Mann {n}\ten\tde\n" for n in range(count)))
+  return folder
+
+
+def test_the_lit_recipe_starts_at_the_reference_and_keeps_the_locked_tower(tmp_path, cased_vocab):
+  """The README's recipe end to end on checkpoints the reference libraries' layouts hold (random
+  weights): import a Hugging Face BERT and a Keras EfficientNetB0, take configs/lit.py on a
+  converted TSV, export before any step (the text side unheaded, so texts embed as the tower
+  does: the reference's [CLS] output), then train: the locked tower ends bit-identical to the
+  import, the text tower has moved."""
+  from conftest import ROOT, set_fields  # pylint: disable=g-import-not-at-top
   from mural import export  # pylint: disable=g-import-not-at-top
   from mural import train  # pylint: disable=g-import-not-at-top
   weights = write_hf_bert(tmp_path / "hf", cased_vocab, lower_case=False, seed=2)
@@ -241,13 +258,14 @@ def test_lit_from_imported_bert_and_efficientnet_starts_at_the_reference_and_kee
   imported = tmp_path / "imported"
   _import(imported, text=f"hf_bert:{tmp_path / 'hf'}", image=f"keras_efficientnet:{tmp_path / 'b0.h5'}",
           max_len=16)
-  manifest = json.loads((imported / "manifest.json").read_text())
-  config = tiny_config(total_steps=3, eval_every_steps=0)
-  config_lib.towers_from(config, str(imported))
-  config.model.image.locked = True
-  config.tasks.i2t.image_head, config.tasks.i2t.text_head = "i2t", ""  # Texts embed as the tower does.
-  config.model.heads.embed_dim = manifest["towers"]["text"]["output_dim"]
-  config.tasks.t2t.weight = 0.0
+  config = config_lib.from_file(f"{ROOT / 'configs' / 'lit.py'}:{_user_folder(tmp_path)},{imported}")
+  assert config.model.image.locked and config.model.heads.embed_dim == 1280
+  assert config.model.text.hidden_dim == 32 and config.data.text_normalization == "bert_cased"
+  set_fields(config, **{  # Toy sizes for the CPU.
+      "data.image_size": 32, "data.eval_resize": 36, "tasks.i2t.batch_size": 4, "tasks.t2t.batch_size": 4,
+      "total_steps": 3, "optim.warmup_steps": 1, "eval_every_steps": 0, "log_every_steps": 1,
+      "data.shuffle_buffer": 16, "model.heads.embed_dim": 32, "model.image.conv_impl": "xla",
+      "tasks.i2t.image_head": "i2t", "tasks.i2t.text_head": ""})
   workdir = str(tmp_path / "run")
   model = export.load(export.export(config, workdir, saved_model=False))  # Untrained: step 0.
   assert json.loads((tmp_path / "run" / "export" / "step_0" / "manifest.json").read_text())["step"] == 0
