@@ -1,0 +1,134 @@
+"""The public-checkpoint recipe's cost: importing, the first LiT steps, the export; time and memory.
+
+    python benchmarks/import_cost.py --work=/tmp/import_cost [--steps=6] [--record]
+
+Writes checkpoints of public shapes with random weights where the recipe takes real ones (none
+can be downloaded here): a Hugging Face bert-base-multilingual-cased (119,547 wordpieces, 12
+layers of 768: 178M values), a BERT-Large (30,522 x 1024, 24 layers: 335M) and a
+keras.applications EfficientNetB0 file. Then runs, each as its own process (wall time and that
+process's peak RSS, from wait4):
+  import       mBERT + B0 into one directory (python -m mural.import_weights)
+  import large BERT-Large alone: the peak against the checkpoint's size
+  train        configs/lit.py on a converted TSV of 64 random photos (128 px, batch 8), --steps steps;
+               the steady step time from metrics.jsonl
+  export       --mode=export of the run
+--record appends the figures to benchmarks/results.jsonl.
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+MBERT = dict(vocab_size=119_547, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+             intermediate_size=3072, max_position_embeddings=512)
+BERT_LARGE = dict(vocab_size=30_522, hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                  intermediate_size=4096, max_position_embeddings=512)
+
+
+def _run(name, argv, cwd) -> dict:
+  """Runs argv; {wall s, peak RSS MiB} of that process alone."""
+  start = time.time()
+  process = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  output = process.stdout.read()
+  _, status, usage = os.wait4(process.pid, 0)
+  wall = time.time() - start
+  if status:
+    print(output[-4000:])
+    raise SystemExit(f"{name}: {' '.join(argv)} failed")
+  print(f"{name}: {wall:.1f} s, peak RSS {usage.ru_maxrss / 1024:.0f} MiB")
+  return {"wall s": round(wall, 1), "peak RSS MiB": round(usage.ru_maxrss / 1024)}
+
+
+def _write_bert(root: pathlib.Path, shape: dict, vocab_words: int) -> int:
+  """A Hugging Face BERT directory of `shape` with random weights (written tensor by tensor's
+  worth of memory at most twice: the dict, then safetensors' buffer); returns its file size."""
+  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
+  import pretrained_fixtures  # pylint: disable=g-import-not-at-top
+  root.mkdir(parents=True, exist_ok=True)
+  cfg = dict(pretrained_fixtures.BERT, **shape)
+  words = [f"w{i}" for i in range(shape["vocab_size"] - 105)]
+  vocab = ["[PAD]"] + [f"[unused{i}]" for i in range(1, 100)] + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words
+  vocab = vocab[:shape["vocab_size"]]
+  del vocab_words
+  weights = pretrained_fixtures.bert_weights(cfg)
+  save_file(weights, str(root / "model.safetensors"))
+  del weights
+  (root / "config.json").write_text(json.dumps(cfg))
+  (root / "vocab.txt").write_text("".join(t + "\n" for t in vocab))
+  (root / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": False}))
+  return (root / "model.safetensors").stat().st_size
+
+
+def _user_folder(work: pathlib.Path, photos: int = 64) -> pathlib.Path:
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  rows = []
+  (work / "photos").mkdir(exist_ok=True)
+  for n in range(photos):
+    path = work / "photos" / f"{n}.jpg"
+    Image.fromarray(rng.integers(0, 255, (160, 200, 3), np.uint8)).save(path)
+    rows += [f"{path}\tA photo number {n} of a thing\ten", f"{path}\tEin Foto Nummer {n}\tde"]
+  (work / "train.tsv").write_text("\n".join(rows) + "\n")
+  folder = work / "mine"
+  subprocess.run([sys.executable, "-m", "mural.data.convert", f"--input={work / 'train.tsv'}",
+                  f"--output_dir={folder}", "--num_shards=1", "--prefix=train", "--overwrite"],
+                 cwd=ROOT, check=True, capture_output=True)
+  (folder / "pairs.tsv").write_text("".join(f"A photo {n}\tEin Foto {n}\ten\tde\n" for n in range(photos)))
+  return folder
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--work", default="/tmp/import_cost")
+  parser.add_argument("--steps", type=int, default=6)
+  parser.add_argument("--record", action="store_true")
+  args = parser.parse_args()
+  work = pathlib.Path(args.work)
+  work.mkdir(parents=True, exist_ok=True)
+  python = sys.executable
+  mbert_bytes = _write_bert(work / "mbert", MBERT, 0)
+  large_bytes = _write_bert(work / "bert_large", BERT_LARGE, 0)
+  import keras  # pylint: disable=g-import-not-at-top
+  import pretrained_fixtures  # pylint: disable=g-import-not-at-top
+  b0 = keras.applications.EfficientNetB0(weights=None, include_top=False, input_shape=(224, 224, 3))
+  pretrained_fixtures.randomize_keras(b0)
+  pretrained_fixtures.write_keras_h5(b0, work / "b0.h5")
+  folder = _user_folder(work)
+  imported, run = work / "imported", work / "run"
+  figures = {"mBERT checkpoint MB": round(mbert_bytes / 1e6), "BERT-Large checkpoint MB": round(large_bytes / 1e6)}
+  step = _run("import", [python, "-m", "mural.import_weights", f"--text=hf_bert:{work / 'mbert'}",
+                         f"--image=keras_efficientnet:{work / 'b0.h5'}", f"--out={imported}"], ROOT)
+  figures.update({"import mBERT+B0 s": step["wall s"], "import mBERT+B0 peak RSS MiB": step["peak RSS MiB"]})
+  step = _run("import large", [python, "-m", "mural.import_weights", f"--text=hf_bert:{work / 'bert_large'}",
+                               f"--out={work / 'imported_large'}"], ROOT)
+  figures.update({"import BERT-Large s": step["wall s"], "import BERT-Large peak RSS MiB": step["peak RSS MiB"],
+                  "import BERT-Large peak / checkpoint": round(step["peak RSS MiB"] * 2**20 / large_bytes, 2)})
+  config = f"--config={ROOT / 'configs' / 'lit.py'}:{folder},{imported}"
+  sizes = ["--config.data.image_size=128", "--config.data.eval_resize=146", "--config.tasks.i2t.batch_size=8",
+           "--config.tasks.t2t.batch_size=8", f"--config.total_steps={args.steps}", "--config.optim.warmup_steps=2",
+           "--config.log_every_steps=1", f"--config.eval_every_steps={args.steps}", "--config.data.shuffle_buffer=128"]
+  step = _run("train", [python, "-m", "mural.main", config, f"--workdir={run}", *sizes], ROOT)
+  lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+  steady = [line["step_time_sec"] for line in lines if "step_time_sec" in line][-1]
+  figures.update({f"train {args.steps} steps s": step["wall s"], "train peak RSS MiB": step["peak RSS MiB"],
+                  "LiT step s (batch 8+8, 128 px)": round(steady, 2)})
+  step = _run("export", [python, "-m", "mural.main", f"--workdir={run}", "--mode=export"], ROOT)
+  figures.update({"export s": step["wall s"], "export peak RSS MiB": step["peak RSS MiB"]})
+  print(json.dumps(figures, indent=1))
+  if args.record:
+    import results  # pylint: disable=g-import-not-at-top
+    results.record("import_cost", figures, config="mBERT-base + EfficientNetB0 (random weights), LiT")
+
+
+if __name__ == "__main__":
+  main()
