@@ -6,7 +6,8 @@
 --text / --image: FORMAT:PATH (mural.pretrained.FORMATS; the checkpoint is read where it is,
 nothing is downloaded). Text options: --max_len (the tokenizer's length: the position table
 keeps that many rows), --pooler (embed through BERT's pooler, as LaBSE does), --lower_case
-(true / false; default: what the checkpoint says). OUT then holds params.msgpack, config.json
+(true / false; default: what the checkpoint says). Image option: --normalization (the
+pixel normalisation of a TF reference or timm EfficientNet, whose files do not say it). OUT then holds params.msgpack, config.json
 (the towers' config fields), vocab.txt and manifest.json (which source tensor became which
 variable; what was left out, and why). A config file takes it with
 `config_lib.towers_from(config, OUT)`.
@@ -35,6 +36,9 @@ def main(argv=None) -> int:
   parser.add_argument("--max_len", type=int, default=64)
   parser.add_argument("--pooler", type=_bool, default=False)
   parser.add_argument("--lower_case", type=_bool, default=None)
+  parser.add_argument("--normalization", default=None,
+                      help="tf_efficientnet, timm_efficientnet: the checkpoint's pixel normalisation, "
+                           "imagenet (default) or inception ([-1, 1]: AdvProp)")
   args = parser.parse_args(argv)
   start = time.time()
   try:
@@ -46,6 +50,10 @@ def main(argv=None) -> int:
       if name in pretrained.FORMATS and pretrained.FORMATS[name][0] != kind:
         raise pretrained.CheckpointError(f"--{kind}={spec}: {name} is a {pretrained.FORMATS[name][0]} tower format")
       options = dict(max_len=args.max_len, pooler=args.pooler, lower_case=args.lower_case) if kind == "text" else {}
+      if args.normalization is not None:
+        if name not in ("tf_efficientnet", "timm_efficientnet"):
+          raise pretrained.CheckpointError(f"--normalization: {name} reads its normalisation from the checkpoint")
+        options["normalization"] = args.normalization
       towers.append(pretrained.read(spec, **options))
     if not towers:
       raise pretrained.CheckpointError("nothing to import: give --text, --image or both")

@@ -140,3 +140,134 @@ def write_keras_h5(model, path) -> None:
   from keras.src.legacy.saving import legacy_h5_format  # pylint: disable=g-import-not-at-top
   with h5py.File(str(path), "w") as f:
     legacy_h5_format.save_weights_to_hdf5_group(f, model)
+
+
+def _keras_blocks(model):
+  """[(keras block prefix 'block2a_', global index, has an expand conv)] in order."""
+  import re  # pylint: disable=g-import-not-at-top
+  prefixes = sorted({m.group(1) for w in model.weights for m in [re.match(r"(block\d[a-z]_)", w.path)] if m},
+                    key=lambda p: (int(p[5]), p[6]))
+  names = {w.path for w in model.weights}
+  return [(p, i, f"{p}expand_conv/kernel" in names) for i, p in enumerate(prefixes)]
+
+
+def _keras_bn(weights, layer):
+  return [weights[f"{layer}/{k}"] for k in ("gamma", "beta", "moving_mean", "moving_variance")]
+
+
+def write_tf_reference_efficientnet(model, prefix, variant: str, ema_noise: float = 0.0) -> None:
+  """The Keras EfficientNet's weights as the TF reference (tensorflow/tpu efficientnet_model.py)
+  names them in a checkpoint: 'efficientnet-b0/blocks_1/conv2d/kernel', ... (a block's convs and
+  norms numbered in the order it calls them). With ema_noise > 0 every variable also has an
+  '/ExponentialMovingAverage' holding the weights, and the raw variable holds them plus noise:
+  what the reference evaluates with is the average."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  weights = {w.path: np.asarray(w.numpy()) for w in model.weights}
+  scope = f"efficientnet-{variant}"
+  out = {f"{scope}/stem/conv2d/kernel": weights["stem_conv/kernel"]}
+  bn_keys = ("gamma", "beta", "moving_mean", "moving_variance")
+  add_bn = lambda name, values: out.update({f"{name}/{k}": v for k, v in zip(bn_keys, values)})
+  add_bn(f"{scope}/stem/tpu_batch_normalization", _keras_bn(weights, "stem_bn"))
+  for p, i, expand in _keras_blocks(model):
+    k = f"{scope}/blocks_{i}"
+    convs, norms = iter(["conv2d", "conv2d_1"]), iter(["tpu_batch_normalization", "tpu_batch_normalization_1",
+                                                       "tpu_batch_normalization_2"])
+    if expand:
+      out[f"{k}/{next(convs)}/kernel"] = weights[f"{p}expand_conv/kernel"]
+      add_bn(f"{k}/{next(norms)}", _keras_bn(weights, f"{p}expand_bn"))
+    out[f"{k}/depthwise_conv2d/depthwise_kernel"] = weights[f"{p}dwconv/kernel"]
+    add_bn(f"{k}/{next(norms)}", _keras_bn(weights, f"{p}bn"))
+    for ours, theirs in (("se_reduce", "se/conv2d"), ("se_expand", "se/conv2d_1")):
+      out[f"{k}/{theirs}/kernel"], out[f"{k}/{theirs}/bias"] = weights[f"{p}{ours}/kernel"], weights[f"{p}{ours}/bias"]
+    out[f"{k}/{next(convs)}/kernel"] = weights[f"{p}project_conv/kernel"]
+    add_bn(f"{k}/{next(norms)}", _keras_bn(weights, f"{p}project_bn"))
+  out[f"{scope}/head/conv2d/kernel"] = weights["top_conv/kernel"]
+  add_bn(f"{scope}/head/tpu_batch_normalization", _keras_bn(weights, "top_bn"))
+  out[f"{scope}/head/dense/kernel"] = np.zeros((out[f"{scope}/head/conv2d/kernel"].shape[-1], 10), np.float32)
+  if ema_noise:
+    rng = np.random.default_rng(1)
+    out = dict({f"{n}/ExponentialMovingAverage": v for n, v in out.items()},
+               **{n: v + rng.normal(0, ema_noise, v.shape).astype(v.dtype) for n, v in out.items()})
+  graph = tf.Graph()
+  with graph.as_default():
+    variables = [tf.compat.v1.get_variable(n, initializer=np.ascontiguousarray(v)) for n, v in out.items()]
+    variables.append(tf.compat.v1.train.get_or_create_global_step())
+    with tf.compat.v1.Session(graph=graph) as session:
+      session.run(tf.compat.v1.global_variables_initializer())
+      tf.compat.v1.train.Saver(variables).save(session, str(prefix), write_meta_graph=False)
+
+
+def write_timm_efficientnet(model, root, variant: str) -> None:
+  """The Keras EfficientNet's weights as timm's tf_efficientnet_<variant> names and lays them
+  out (PyTorch's [out, in, kh, kw] convs), with timm's config.json."""
+  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
+  weights = {w.path: np.asarray(w.numpy()) for w in model.weights}
+  oihw = lambda x: np.ascontiguousarray(x.transpose(3, 2, 0, 1))
+  out = {"conv_stem.weight": oihw(weights["stem_conv/kernel"])}
+  bn = lambda name, layer: out.update({f"{name}.{k}": v for k, v in zip(
+      ("weight", "bias", "running_mean", "running_var"), _keras_bn(weights, layer))})
+  bn("bn1", "stem_bn")
+  stage_of, count = {}, {}
+  for p, _, expand in _keras_blocks(model):
+    s = int(p[5]) - 1
+    r = count[s] = count.get(s, -1) + 1
+    k = f"blocks.{s}.{r}"
+    if expand:
+      out[f"{k}.conv_pw.weight"] = oihw(weights[f"{p}expand_conv/kernel"])
+      bn(f"{k}.bn1", f"{p}expand_bn")
+      dw_bn, project, project_bn = f"{k}.bn2", f"{k}.conv_pwl.weight", f"{k}.bn3"
+    else:
+      dw_bn, project, project_bn = f"{k}.bn1", f"{k}.conv_pw.weight", f"{k}.bn2"
+    out[f"{k}.conv_dw.weight"] = np.ascontiguousarray(weights[f"{p}dwconv/kernel"].transpose(2, 3, 0, 1))
+    bn(dw_bn, f"{p}bn")
+    for ours, theirs in (("se_reduce", "se.conv_reduce"), ("se_expand", "se.conv_expand")):
+      out[f"{k}.{theirs}.weight"], out[f"{k}.{theirs}.bias"] = oihw(weights[f"{p}{ours}/kernel"]), weights[f"{p}{ours}/bias"]
+    out[project] = oihw(weights[f"{p}project_conv/kernel"])
+    bn(project_bn, f"{p}project_bn")
+    stage_of[p] = s
+  out["conv_head.weight"] = oihw(weights["top_conv/kernel"])
+  bn("bn2", "top_bn")
+  out["classifier.weight"] = np.zeros((10, out["conv_head.weight"].shape[0]), np.float32)
+  out["bn1.num_batches_tracked"] = np.zeros((), np.int64)
+  root.mkdir(parents=True, exist_ok=True)
+  save_file({n: np.ascontiguousarray(v) for n, v in out.items()}, str(root / "model.safetensors"))
+  (root / "config.json").write_text(json.dumps({"architecture": f"tf_efficientnet_{variant}", "num_classes": 10}))
+
+
+def write_timm_resnet(root, depth: int = 50, seed: int = 0) -> None:
+  """Random weights and batch statistics in timm's resnet<depth> layout (torchvision's names,
+  [out, in, kh, kw] convs), with timm's config.json."""
+  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(seed)
+  out = {}
+
+  def conv(name, cout, cin, k):
+    out[f"{name}.weight"] = (rng.normal(0, 1, (cout, cin, k, k)) * np.sqrt(2.0 / (cin * k * k))).astype(np.float32)
+
+  def bn(name, c):
+    out.update({f"{name}.weight": rng.uniform(0.5, 1.5, c), f"{name}.bias": rng.normal(0, 0.1, c),
+                f"{name}.running_mean": rng.normal(0, 0.1, c), f"{name}.running_var": rng.uniform(0.5, 1.5, c),
+                f"{name}.num_batches_tracked": np.zeros((), np.int64)})
+
+  conv("conv1", 64, 3, 7)
+  bn("bn1", 64)
+  blocks = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3)}[depth]
+  cin = 64
+  for s, count in enumerate(blocks):
+    width = 64 * 2**s
+    for b in range(count):
+      k = f"layer{s + 1}.{b}"
+      conv(f"{k}.conv1", width, cin, 1), bn(f"{k}.bn1", width)
+      conv(f"{k}.conv2", width, width, 3), bn(f"{k}.bn2", width)
+      conv(f"{k}.conv3", 4 * width, width, 1), bn(f"{k}.bn3", 4 * width)
+      if b == 0:
+        conv(f"{k}.downsample.0", 4 * width, cin, 1), bn(f"{k}.downsample.1", 4 * width)
+      cin = 4 * width
+  out["fc.weight"], out["fc.bias"] = np.zeros((10, cin), np.float32), np.zeros(10, np.float32)
+  root.mkdir(parents=True, exist_ok=True)
+  save_file({n: np.ascontiguousarray(v, np.float32 if v.dtype == np.float64 else v.dtype) for n, v in out.items()},
+            str(root / "model.safetensors"))
+  (root / "config.json").write_text(json.dumps({
+      "architecture": f"resnet{depth}", "num_classes": 10,
+      "pretrained_cfg": {"input_size": [3, 224, 224], "interpolation": "bicubic",
+                         "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}}))

@@ -30,6 +30,9 @@ from pretrained_fixtures import randomize_keras
 from pretrained_fixtures import write_hf_bert
 from pretrained_fixtures import write_keras_h5
 from pretrained_fixtures import write_tf_bert
+from pretrained_fixtures import write_tf_reference_efficientnet
+from pretrained_fixtures import write_timm_efficientnet
+from pretrained_fixtures import write_timm_resnet
 
 TEXTS = ["A man in a RED shirt is riding a bike.", "Ein Mann fährt Fahrrad", "我爱北京天安门。",
          "Привет, МИР! Ёлка", "लड़की नमस्ते दुनिया", "😀 smile"]
@@ -173,6 +176,60 @@ def test_keras_towers_compute_what_keras_computes(tmp_path, name, fmt):
   apply = jax.jit(lambda v, x: tower.apply(v, x, train=False)[0])
   features = apply({k: variables[k]["image_tower"] for k in ("params", "batch_stats")}, pixels / 127.5 - 1.0)
   assert _relative(features, np.asarray(reference, np.float64)) < 1e-4
+
+
+def _image_features(config, variables, pixels):
+  tower = models.tower("image", config.model.image, jnp.float32, jnp.float32)
+  apply = jax.jit(lambda v, x: tower.apply(v, x, train=False)[0])
+  return apply({k: variables[k]["image_tower"] for k in ("params", "batch_stats")}, pixels / 127.5 - 1.0)
+
+
+def test_tf_reference_and_timm_efficientnets_compute_what_keras_computes(tmp_path):
+  """One random EfficientNetB0 in three layouts: Keras' file, the TF reference's checkpoint (whose
+  moving averages are taken over the raw values) and timm's tf_efficientnet_b0. All three
+  imports hold the same variables, bit for bit, and with ImageNet's input normalisation (the
+  reference's and timm's) compute what Keras computes with that normalisation."""
+  model = _keras_model("EfficientNetB0", 64)
+  randomize_keras(model)
+  normalization = model.get_layer("normalization")
+  mean, var = [np.asarray(w) for w in normalization.get_weights()[:2]]
+  normalization.set_weights([np.array(keras_applications.IMAGENET_MEAN, np.float32).reshape(mean.shape),
+                             np.square(keras_applications.IMAGENET_STD).astype(np.float32).reshape(var.shape),
+                             normalization.get_weights()[2]])
+  write_keras_h5(model, tmp_path / "b0.h5")
+  write_tf_reference_efficientnet(model, tmp_path / "reference" / "model.ckpt", "b0", ema_noise=0.5)
+  write_timm_efficientnet(model, tmp_path / "timm", "b0")
+  pixels = np.random.default_rng(0).uniform(0, 255, (2, 64, 64, 3)).astype(np.float32)
+  reference = np.asarray(model(pixels, training=False), np.float64)
+  imports = {}
+  for spec in (f"keras_efficientnet:{tmp_path / 'b0.h5'}", f"tf_efficientnet:{tmp_path / 'reference'}",
+               f"timm_efficientnet:{tmp_path / 'timm'}"):
+    fmt = spec.split(":")[0]
+    config, variables = _import(tmp_path / fmt, image=spec)
+    assert _relative(_image_features(config, variables, pixels), reference) < 1e-4, fmt
+    imports[fmt] = saved_variables.flat(variables)
+  for fmt in ("tf_efficientnet", "timm_efficientnet"):
+    assert imports[fmt].keys() == imports["keras_efficientnet"].keys()
+    for name, value in imports["keras_efficientnet"].items():
+      np.testing.assert_array_equal(imports[fmt][name], value, err_msg=f"{fmt}: {name}")
+  left_out = json.loads((tmp_path / "tf_efficientnet" / "manifest.json").read_text())["towers"]["image"]
+  assert left_out["source"]["ema"] == "True"
+  assert all(t["source"].endswith("/ExponentialMovingAverage") for t in left_out["tensors"])
+  assert any("moving average is imported" in why for why in left_out["not_imported"].values())
+
+
+def test_timm_resnet_computes_what_keras_hub_computes(tmp_path):
+  """timm's resnet50 layout (random weights) against keras-hub's ResNetBackbone, which reads the
+  directory through its own timm converter; the input normalisation from timm's config."""
+  import keras_hub  # pylint: disable=g-import-not-at-top
+  write_timm_resnet(tmp_path / "timm")
+  reference = keras_hub.models.ResNetBackbone.from_preset(str(tmp_path / "timm"))
+  pixels = np.random.default_rng(0).uniform(0, 255, (2, 64, 64, 3)).astype(np.float32)
+  mean, std = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
+  features = np.asarray(reference((pixels / 255.0 - mean) / std, training=False)).mean(axis=(1, 2))
+  config, variables = _import(tmp_path / "imported", image=f"timm_resnet:{tmp_path / 'timm'}")
+  assert config.model.image.stride_on == "middle" and config.model.image.padding == "symmetric"
+  assert _relative(_image_features(config, variables, pixels), features.astype(np.float64)) < 1e-4
 
 
 class _KerasWeights:

@@ -7,7 +7,9 @@ takes (config_lib.towers_from sets a config's towers to it).
 """
 
 from mural.pretrained import bert
+from mural.pretrained import efficientnet_checkpoints
 from mural.pretrained import keras_applications
+from mural.pretrained import timm_resnet
 from mural.pretrained.source import CheckpointError
 
 # format -> (kind of tower, reader(path, **options) -> Tower, what the path is).
@@ -18,6 +20,11 @@ FORMATS = {
                            "a keras.applications EfficientNetB0-B7 HDF5 weights file"),
     "keras_resnet": ("image", keras_applications.read_resnet,
                      "a keras.applications ResNet50/101/152 HDF5 weights file"),
+    "tf_efficientnet": ("image", efficientnet_checkpoints.read_tf,
+                        "a TF reference EfficientNet checkpoint (efficientnet-b0..b7, noisy-student l2)"),
+    "timm_efficientnet": ("image", efficientnet_checkpoints.read_timm,
+                          "a timm tf_efficientnet_* directory (config.json, model.safetensors)"),
+    "timm_resnet": ("image", timm_resnet.read, "a timm resnet18..152 directory (config.json, model.safetensors)"),
 }
 
 

@@ -1,0 +1,67 @@
+"""timm's ResNets (resnet18/34/50/101/152: torchvision's layout, v1.5) -> mural's ResNet tower.
+
+A directory with timm's `config.json` (its `architecture`) and `model.safetensors` (never a
+pickle). Symmetric padding, no conv biases, epsilon 1e-5, the stride on each bottleneck's 3x3
+conv; its input normalisation is the config's `pretrained_cfg` mean and std (ImageNet's where
+it gives none).
+"""
+
+import json
+import re
+
+from etils import epath
+
+from mural.models import resnet
+from mural.pretrained.source import CheckpointError, Mapped, Safetensors, Tower
+
+_IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+_BN = (("scale", "params", "weight"), ("bias", "params", "bias"), ("mean", "batch_stats", "running_mean"),
+       ("var", "batch_stats", "running_var"))
+
+
+def read(path: str) -> Tower:
+  root = epath.Path(path)
+  if not (root / "config.json").exists():
+    raise CheckpointError(f"{path}: no config.json (a timm model directory has config.json and model.safetensors)")
+  cfg = json.loads((root / "config.json").read_text())
+  m = re.fullmatch(r"resnet(\d+)", cfg.get("architecture", ""))
+  if not m or int(m.group(1)) not in resnet.DEPTHS:
+    raise CheckpointError(f"{path}/config.json: architecture {cfg.get('architecture')!r} is not one of timm's "
+                          f"resnet{sorted(resnet.DEPTHS)[1:]} (plain stems, torchvision's layout)")
+  depth = int(m.group(1))
+  pretrained = cfg.get("pretrained_cfg", {})
+  mean, std = pretrained.get("mean", _IMAGENET[0]), pretrained.get("std", _IMAGENET[1])
+  reader = Safetensors(path)
+  names = set(reader.names())
+
+  def tensor(ours, theirs, transform="", fn=None):
+    if theirs not in names:
+      raise CheckpointError(f"{path}: no tensor {theirs} (for {ours})")
+    return Mapped(ours, theirs, transform, (lambda: fn(reader.get(theirs))) if fn else (lambda: reader.get(theirs)))
+
+  def conv(ours, theirs):
+    return tensor(f"params/image_tower/{ours}/kernel", f"{theirs}.weight", "[out, in, kh, kw] -> [kh, kw, in, out]",
+                  lambda x: x.transpose(2, 3, 1, 0))
+
+  def bn(ours, theirs):
+    return [tensor(f"{c}/image_tower/{ours}/{mine}", f"{theirs}.{key}") for mine, c, key in _BN]
+
+  kind, stages = resnet.DEPTHS[depth]
+  tensors = [conv("stem_conv", "conv1")] + bn("stem_bn", "bn1")
+  convs = 2 if kind == "basic" else 3
+  for s, blocks in enumerate(stages):
+    for b in range(blocks):
+      ours, theirs = f"stage{s + 1}_block{b}", f"layer{s + 1}.{b}"
+      for c in range(1, convs + 1):
+        tensors += [conv(f"{ours}/conv{c}", f"{theirs}.conv{c}")] + bn(f"{ours}/bn{c}", f"{theirs}.bn{c}")
+      if f"{theirs}.downsample.0.weight" in names:
+        tensors += [conv(f"{ours}/downsample_conv", f"{theirs}.downsample.0")] + bn(f"{ours}/downsample_bn",
+                                                                                   f"{theirs}.downsample.1")
+  used = {t.source for t in tensors}
+  unused = {n: ("the classifier (the tower ends at the pooled features)" if n.startswith("fc.")
+                else "batch norm's step counter" if n.endswith("num_batches_tracked")
+                else "not part of the tower") for n in sorted(names - used)}
+  fields = dict(name="resnet", depth=depth, width=64, stride_on="middle", conv_bias=False, bn_epsilon=1e-5,
+                padding="symmetric", pixel_mean=[255 * v for v in mean], pixel_std=[255 * v for v in std])
+  return Tower("image", fields, {}, None, tensors, unused,
+               {"format": "timm_resnet", "path": str(path), "architecture": cfg["architecture"]})
