@@ -9,6 +9,8 @@ keras.applications EfficientNetB0 file. Then runs, each as its own process (wall
 process's peak RSS, from wait4):
   import       mBERT + B0 into one directory (python -m mural.import_weights)
   import large BERT-Large alone: the peak against the checkpoint's size
+  import L2    EfficientNet-L2 (480M values) from a checkpoint in the TF reference's layout (the
+               noisy-student L2's): the peak against the checkpoint's size
   train        configs/lit.py on a converted TSV of 64 random photos (128 px, batch 8), --steps steps;
                the steady step time from metrics.jsonl
   export       --mode=export of the run
@@ -69,6 +71,21 @@ def _write_bert(root: pathlib.Path, shape: dict, vocab_words: int) -> int:
   return (root / "model.safetensors").stat().st_size
 
 
+def _write_l2(root: pathlib.Path) -> int:
+  """EfficientNet-L2 with random weights, as the TF reference's checkpoint names it (a Keras
+  EfficientNet at L2's coefficients, written in that layout); the checkpoint's size in bytes.
+  In a child process, so its memory is not this one's."""
+  code = ("import sys, keras, pretrained_fixtures\n"
+          "from keras.src.applications import efficientnet\n"
+          "m = efficientnet.EfficientNet(4.3, 5.3, 800, 0.5, name='l2', include_top=False, weights=None,"
+          " input_shape=(64, 64, 3))\n"
+          "pretrained_fixtures.write_tf_reference_efficientnet(m, sys.argv[1], 'l2')\n")
+  root.mkdir(parents=True, exist_ok=True)
+  subprocess.run([sys.executable, "-c", code, str(root / "model.ckpt")], check=True, capture_output=True,
+                 env=dict(os.environ, PYTHONPATH=str(ROOT / "tests")))
+  return sum(f.stat().st_size for f in root.glob("model.ckpt*"))
+
+
 def _user_folder(work: pathlib.Path, photos: int = 64) -> pathlib.Path:
   from PIL import Image  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(0)
@@ -103,6 +120,7 @@ def main():
   b0 = keras.applications.EfficientNetB0(weights=None, include_top=False, input_shape=(224, 224, 3))
   pretrained_fixtures.randomize_keras(b0)
   pretrained_fixtures.write_keras_h5(b0, work / "b0.h5")
+  l2_bytes = _write_l2(work / "l2")
   folder = _user_folder(work)
   imported, run = work / "imported", work / "run"
   figures = {"mBERT checkpoint MB": round(mbert_bytes / 1e6), "BERT-Large checkpoint MB": round(large_bytes / 1e6)}
@@ -113,6 +131,11 @@ def main():
                                f"--out={work / 'imported_large'}"], ROOT)
   figures.update({"import BERT-Large s": step["wall s"], "import BERT-Large peak RSS MiB": step["peak RSS MiB"],
                   "import BERT-Large peak / checkpoint": round(step["peak RSS MiB"] * 2**20 / large_bytes, 2)})
+  step = _run("import L2", [python, "-m", "mural.import_weights", f"--image=tf_efficientnet:{work / 'l2'}",
+                            f"--out={work / 'imported_l2'}"], ROOT)
+  figures.update({"L2 checkpoint MB": round(l2_bytes / 1e6), "import L2 s": step["wall s"],
+                  "import L2 peak RSS MiB": step["peak RSS MiB"],
+                  "import L2 peak / checkpoint": round(step["peak RSS MiB"] * 2**20 / l2_bytes, 2)})
   config = f"--config={ROOT / 'configs' / 'lit.py'}:{folder},{imported}"
   sizes = ["--config.data.image_size=128", "--config.data.eval_resize=146", "--config.tasks.i2t.batch_size=8",
            "--config.tasks.t2t.batch_size=8", f"--config.total_steps={args.steps}", "--config.optim.warmup_steps=2",

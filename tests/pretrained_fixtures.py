@@ -83,35 +83,46 @@ def write_tf_bert(root, weights: dict, vocab) -> None:
   """Google's layout of the same weights: bert_config.json, vocab.txt and bert_model.ckpt with
   TF names ('bert/encoder/layer_0/attention/self/query/kernel', [in, out] kernels)."""
   import re  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   root.mkdir(parents=True, exist_ok=True)
   cfg = {k: v for k, v in BERT.items() if k not in ("model_type", "architectures", "position_embedding_type",
                                                       "layer_norm_eps")}
   cfg["vocab_size"] = len(vocab)
   (root / "bert_config.json").write_text(json.dumps(cfg))
   (root / "vocab.txt").write_text("".join(t + "\n" for t in vocab))
+  out = {}
+  for name, value in weights.items():
+    tf_name = re.sub(r"layer\.(\d+)", r"layer_\1", name).replace(".", "/")
+    is_norm = "LayerNorm" in tf_name
+    if tf_name.endswith("/weight"):
+      if is_norm:
+        tf_name = tf_name.removesuffix("/weight") + "/gamma"
+      elif "embeddings" in tf_name:
+        tf_name = tf_name.removesuffix("/weight")
+      else:
+        tf_name, value = tf_name.removesuffix("/weight") + "/kernel", value.T
+    elif tf_name.endswith("/bias") and is_norm:
+      tf_name = tf_name.removesuffix("/bias") + "/beta"
+    if tf_name == "cls/seq_relationship/kernel":
+      tf_name, value = "cls/seq_relationship/output_weights", value.T
+    out[tf_name] = value
+  save_tf_checkpoint(out, root / "bert_model.ckpt")
+
+
+def save_tf_checkpoint(arrays: dict, prefix) -> None:
+  """A TF1 checkpoint (TensorFlow's Saver) of {name: array}, plus a global step; values fed in,
+  not embedded in the graph, so large checkpoints fit."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   graph = tf.Graph()
   with graph.as_default():
-    variables = []
-    for name, value in weights.items():
-      tf_name = re.sub(r"layer\.(\d+)", r"layer_\1", name).replace(".", "/")
-      is_norm = "LayerNorm" in tf_name
-      if tf_name.endswith("/weight"):
-        if is_norm:
-          tf_name = tf_name.removesuffix("/weight") + "/gamma"
-        elif "embeddings" in tf_name and "LayerNorm" not in tf_name:
-          tf_name = tf_name.removesuffix("/weight")
-        else:
-          tf_name, value = tf_name.removesuffix("/weight") + "/kernel", value.T
-      elif tf_name.endswith("/bias") and is_norm:
-        tf_name = tf_name.removesuffix("/bias") + "/beta"
-      if tf_name == "cls/seq_relationship/kernel":
-        tf_name, value = "cls/seq_relationship/output_weights", value.T
-      variables.append(tf.compat.v1.get_variable(tf_name, initializer=np.ascontiguousarray(value)))
-    saver = tf.compat.v1.train.Saver(variables)
+    variables = {n: tf.compat.v1.get_variable(n, shape=v.shape, dtype=tf.as_dtype(v.dtype),
+                                              initializer=tf.compat.v1.zeros_initializer())
+                 for n, v in arrays.items()}
+    step = tf.compat.v1.train.get_or_create_global_step()
     with tf.compat.v1.Session(graph=graph) as session:
       session.run(tf.compat.v1.global_variables_initializer())
-      saver.save(session, str(root / "bert_model.ckpt"), write_meta_graph=False)
+      for n, var in variables.items():
+        var.load(np.ascontiguousarray(arrays[n]), session)
+      tf.compat.v1.train.Saver(list(variables.values()) + [step]).save(session, str(prefix), write_meta_graph=False)
 
 
 def randomize_keras(model, seed: int = 0) -> None:
@@ -161,7 +172,6 @@ def write_tf_reference_efficientnet(model, prefix, variant: str, ema_noise: floa
   norms numbered in the order it calls them). With ema_noise > 0 every variable also has an
   '/ExponentialMovingAverage' holding the weights, and the raw variable holds them plus noise:
   what the reference evaluates with is the average."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   weights = {w.path: np.asarray(w.numpy()) for w in model.weights}
   scope = f"efficientnet-{variant}"
   out = {f"{scope}/stem/conv2d/kernel": weights["stem_conv/kernel"]}
@@ -188,13 +198,7 @@ def write_tf_reference_efficientnet(model, prefix, variant: str, ema_noise: floa
     rng = np.random.default_rng(1)
     out = dict({f"{n}/ExponentialMovingAverage": v for n, v in out.items()},
                **{n: v + rng.normal(0, ema_noise, v.shape).astype(v.dtype) for n, v in out.items()})
-  graph = tf.Graph()
-  with graph.as_default():
-    variables = [tf.compat.v1.get_variable(n, initializer=np.ascontiguousarray(v)) for n, v in out.items()]
-    variables.append(tf.compat.v1.train.get_or_create_global_step())
-    with tf.compat.v1.Session(graph=graph) as session:
-      session.run(tf.compat.v1.global_variables_initializer())
-      tf.compat.v1.train.Saver(variables).save(session, str(prefix), write_meta_graph=False)
+  save_tf_checkpoint(out, prefix)
 
 
 def write_timm_efficientnet(model, root, variant: str) -> None:
