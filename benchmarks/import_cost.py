@@ -5,8 +5,9 @@
 Writes checkpoints of public shapes with random weights where the recipe takes real ones (none
 can be downloaded here): a Hugging Face bert-base-multilingual-cased (119,547 wordpieces, 12
 layers of 768: 178M values), a BERT-Large (30,522 x 1024, 24 layers: 335M) and a
-keras.applications EfficientNetB0 file. Then runs, each as its own process (wall time and that
-process's peak RSS, from wait4):
+keras.applications EfficientNetB0 file, each by a child process (this one imports no framework:
+a child's peak RSS, from wait4, starts at its parent's RSS when it forks), kept in --work for a
+rerun. Then runs, each as its own process (wall time and its peak RSS):
   import       mBERT + B0 into one directory (python -m mural.import_weights)
   import large BERT-Large alone: the peak against the checkpoint's size
   import L2    EfficientNet-L2 (480M values) from a checkpoint in the TF reference's layout (the
@@ -21,6 +22,7 @@ import argparse
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import time
@@ -51,38 +53,44 @@ def _run(name, argv, cwd) -> dict:
   return {"wall s": round(wall, 1), "peak RSS MiB": round(usage.ru_maxrss / 1024)}
 
 
-def _write_bert(root: pathlib.Path, shape: dict, vocab_words: int) -> int:
-  """A Hugging Face BERT directory of `shape` with random weights (written tensor by tensor's
-  worth of memory at most twice: the dict, then safetensors' buffer); returns its file size."""
-  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
-  import pretrained_fixtures  # pylint: disable=g-import-not-at-top
-  root.mkdir(parents=True, exist_ok=True)
-  cfg = dict(pretrained_fixtures.BERT, **shape)
-  words = [f"w{i}" for i in range(shape["vocab_size"] - 105)]
-  vocab = ["[PAD]"] + [f"[unused{i}]" for i in range(1, 100)] + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words
-  vocab = vocab[:shape["vocab_size"]]
-  del vocab_words
-  weights = pretrained_fixtures.bert_weights(cfg)
-  save_file(weights, str(root / "model.safetensors"))
-  del weights
-  (root / "config.json").write_text(json.dumps(cfg))
-  (root / "vocab.txt").write_text("".join(t + "\n" for t in vocab))
-  (root / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": False}))
+def _child(code: str, *args) -> None:
+  """Runs `code` in a fresh Python with the tests' fixtures importable."""
+  subprocess.run([sys.executable, "-c", code, *map(str, args)], check=True, capture_output=True,
+                 env=dict(os.environ, PYTHONPATH=str(ROOT / "tests")))
+
+
+def _write_bert(root: pathlib.Path, shape: dict) -> int:
+  """A Hugging Face BERT directory of `shape` with random weights; its checkpoint's size."""
+  if not (root / "model.safetensors").exists():
+    _child("import json, pathlib, sys, pretrained_fixtures\n"
+           "shape = json.loads(sys.argv[2])\n"
+           "n = shape.pop('vocab_size')\n"
+           "specials = ['[PAD]'] + [f'[unused{i}]' for i in range(1, 100)] + ['[UNK]', '[CLS]', '[SEP]', '[MASK]']\n"
+           "vocab = (specials + [f'w{i}' for i in range(n)])[:n]\n"
+           "pretrained_fixtures.write_hf_bert(pathlib.Path(sys.argv[1]), vocab, False, **shape)\n",
+           root, json.dumps(shape))
   return (root / "model.safetensors").stat().st_size
+
+
+def _write_b0(path: pathlib.Path) -> None:
+  if not path.exists():
+    _child("import sys, keras, pretrained_fixtures\n"
+           "m = keras.applications.EfficientNetB0(weights=None, include_top=False, input_shape=(224, 224, 3))\n"
+           "pretrained_fixtures.randomize_keras(m)\n"
+           "pretrained_fixtures.write_keras_h5(m, sys.argv[1])\n", path)
 
 
 def _write_l2(root: pathlib.Path) -> int:
   """EfficientNet-L2 with random weights, as the TF reference's checkpoint names it (a Keras
   EfficientNet at L2's coefficients, written in that layout); the checkpoint's size in bytes.
   In a child process, so its memory is not this one's."""
-  code = ("import sys, keras, pretrained_fixtures\n"
-          "from keras.src.applications import efficientnet\n"
-          "m = efficientnet.EfficientNet(4.3, 5.3, 800, 0.5, name='l2', include_top=False, weights=None,"
-          " input_shape=(64, 64, 3))\n"
-          "pretrained_fixtures.write_tf_reference_efficientnet(m, sys.argv[1], 'l2')\n")
-  root.mkdir(parents=True, exist_ok=True)
-  subprocess.run([sys.executable, "-c", code, str(root / "model.ckpt")], check=True, capture_output=True,
-                 env=dict(os.environ, PYTHONPATH=str(ROOT / "tests")))
+  if not (root / "model.ckpt.index").exists():
+    root.mkdir(parents=True, exist_ok=True)
+    _child("import sys, keras, pretrained_fixtures\n"
+           "from keras.src.applications import efficientnet\n"
+           "m = efficientnet.EfficientNet(4.3, 5.3, 800, 0.5, name='l2', include_top=False, weights=None,"
+           " input_shape=(64, 64, 3))\n"
+           "pretrained_fixtures.write_tf_reference_efficientnet(m, sys.argv[1], 'l2')\n", root / "model.ckpt")
   return sum(f.stat().st_size for f in root.glob("model.ckpt*"))
 
 
@@ -113,13 +121,9 @@ def main():
   work = pathlib.Path(args.work)
   work.mkdir(parents=True, exist_ok=True)
   python = sys.executable
-  mbert_bytes = _write_bert(work / "mbert", MBERT, 0)
-  large_bytes = _write_bert(work / "bert_large", BERT_LARGE, 0)
-  import keras  # pylint: disable=g-import-not-at-top
-  import pretrained_fixtures  # pylint: disable=g-import-not-at-top
-  b0 = keras.applications.EfficientNetB0(weights=None, include_top=False, input_shape=(224, 224, 3))
-  pretrained_fixtures.randomize_keras(b0)
-  pretrained_fixtures.write_keras_h5(b0, work / "b0.h5")
+  mbert_bytes = _write_bert(work / "mbert", MBERT)
+  large_bytes = _write_bert(work / "bert_large", BERT_LARGE)
+  _write_b0(work / "b0.h5")
   l2_bytes = _write_l2(work / "l2")
   folder = _user_folder(work)
   imported, run = work / "imported", work / "run"
@@ -140,6 +144,7 @@ def main():
   sizes = ["--config.data.image_size=128", "--config.data.eval_resize=146", "--config.tasks.i2t.batch_size=8",
            "--config.tasks.t2t.batch_size=8", f"--config.total_steps={args.steps}", "--config.optim.warmup_steps=2",
            "--config.log_every_steps=1", f"--config.eval_every_steps={args.steps}", "--config.data.shuffle_buffer=128"]
+  shutil.rmtree(run, ignore_errors=True)
   step = _run("train", [python, "-m", "mural.main", config, f"--workdir={run}", *sizes], ROOT)
   lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
   steady = [line["step_time_sec"] for line in lines if "step_time_sec" in line][-1]

@@ -75,7 +75,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.text.num_heads = 12
   c.model.text.mlp_dim = 3072
   c.model.text.max_len = 64  # Position table size and the tokenizer's length.
-  # Public BERT checkpoints (mural.checkpoint_import) have token-type rows (2): row 0, the one
+  # Public BERT checkpoints (mural.import_weights) have token-type rows (2): row 0, the one
   # segment of every input, is added to every position; 0: no table (mural's own towers).
   c.model.text.type_vocab_size = 0
   # BERT's pooler (Dense + tanh on [CLS]) as the embedding, as LaBSE embeds; False: [CLS] itself.
@@ -129,7 +129,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.vocab_path = ""  # Existing wordpiece vocab; empty: learned from the tasks' training text.
   # How text is normalised before wordpieces (mural/data/tokenizer.py): casefold (mural's own
   # vocabularies) | bert_cased | bert_uncased (a public BERT checkpoint's vocabulary, as its
-  # tokenizer does; mural.checkpoint_import records which).
+  # tokenizer does; mural.import_weights records which).
   c.data.text_normalization = "casefold"
   # Index space of batch['lang'] and of the eval sets; records in any other
   # language (or none) are skipped and counted as 'unknown_language'.
@@ -257,6 +257,8 @@ def base_config() -> ml_collections.ConfigDict:
 
 
 _DTYPES = ("float32", "bfloat16")
+# data.text_normalization: mural's own vocabularies, and those of public BERT checkpoints.
+TEXT_NORMALIZATIONS = ("casefold", "bert_cased", "bert_uncased")
 _HEAD_KINDS = ("dense", "mlp")
 REMAT_POLICIES = ("none", "full", "dots")  # mural/models/remat.py maps each to a JAX policy.
 GRAD_ACCUM_MODES = ("cached", "independent")  # mural/step.py: make_grad_fn.
@@ -394,6 +396,8 @@ def validate(c: ml_collections.ConfigDict) -> None:
   for name, task in c.tasks.items():
     _validate_task(task, f"tasks.{name}")
   _require(c.data.image_size > 0, "data.image_size", "must be positive")
+  _require(c.data.get("text_normalization", "casefold") in TEXT_NORMALIZATIONS, "data.text_normalization",
+           f"{c.data.get('text_normalization')!r} not in {TEXT_NORMALIZATIONS}")
   _require(c.data.eval_resize >= c.data.image_size, "data.eval_resize",
            f"{c.data.eval_resize} is smaller than data.image_size {c.data.image_size}")
   _validate_data(c.data)

@@ -21,7 +21,7 @@ word is still tokenized (instead of the whole word becoming [UNK]).
 Ids: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4; every sequence is
 [CLS] pieces... [SEP] [PAD]..., truncated so that [SEP] stays last.
 
-A vocabulary that came with a public BERT checkpoint (mural.checkpoint_import) is
+A vocabulary that came with a public BERT checkpoint (mural.import_weights) is
 tokenized as that checkpoint's own tokenizer does, so its token table means what it
 was trained to mean: `normalization` 'bert_cased' or 'bert_uncased' (NORMALIZATIONS)
 applies BERT's text cleaning (control and format characters removed, every Unicode
@@ -38,6 +38,7 @@ import collections
 import os
 from typing import Iterable, Optional, Sequence, Union
 
+from mural import config_lib
 from mural import lazy_import
 
 # The reserved ids are read where TensorFlow is not needed (describe).
@@ -51,8 +52,7 @@ PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = range(len(RESERVED_TOKENS))
 SUFFIX = "##"
 MAX_BYTES_PER_WORD = 200  # Longer words become [UNK] (BERT uses 100; kana runs are long).
 MAX_BYTES_PER_BERT_WORD = 100
-# Text normalisations: mural's own vocabularies, and those of public BERT checkpoints.
-NORMALIZATIONS = ("casefold", "bert_cased", "bert_uncased")
+NORMALIZATIONS = config_lib.TEXT_NORMALIZATIONS
 
 # The BertTokenizer options shared by vocab learning and tokenizing.
 _BERT_PARAMS = dict(lower_case=False, keep_whitespace=False, normalization_form=None)
