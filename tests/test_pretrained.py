@@ -154,6 +154,8 @@ def test_hf_bert_text_to_embedding_equals_a_float64_reference(tmp_path, lower_ca
 
 
 def _keras_model(name, size):
+  """keras.applications' model (a process's second and later ones name their input normalisation
+  'normalization_1', ...: so do the files Keras writes of them)."""
   build = getattr(keras.applications, name)
   return build(weights=None, include_top=False, pooling="avg", input_shape=(size, size, 3))
 
@@ -191,7 +193,7 @@ def test_tf_reference_and_timm_efficientnets_compute_what_keras_computes(tmp_pat
   reference's and timm's) compute what Keras computes with that normalisation."""
   model = _keras_model("EfficientNetB0", 64)
   randomize_keras(model)
-  normalization = model.get_layer("normalization")
+  normalization = next(layer for layer in model.layers if isinstance(layer, keras.layers.Normalization))
   mean, var = [np.asarray(w) for w in normalization.get_weights()[:2]]
   normalization.set_weights([np.array(keras_applications.IMAGENET_MEAN, np.float32).reshape(mean.shape),
                              np.square(keras_applications.IMAGENET_STD).astype(np.float32).reshape(var.shape),

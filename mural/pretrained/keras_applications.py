@@ -73,12 +73,16 @@ def _efficientnet_variant(reader, path) -> str:
 
 
 def _pixel_normalisation(reader):
-  """(pixel_mean, pixel_std) in [0, 255] units of the file's Normalization layer, and a note."""
-  if "normalization/mean" not in reader.names():
+  """(pixel_mean, pixel_std) in [0, 255] units of the file's Normalization layer (Keras names it
+  'normalization', or 'normalization_<n>' when a process built several models), and a note."""
+  layers = sorted({n.rsplit("/", 1)[0] for n in reader.names() if re.fullmatch(r"normalization(_\d+)?/mean", n)})
+  if len(layers) > 1:
+    raise CheckpointError(f"several Normalization layers ({', '.join(layers)}): not one EfficientNet's file")
+  if not layers:
     return ([255 * m for m in IMAGENET_MEAN], [255 * s for s in IMAGENET_STD],
             "no Normalization layer in the file: keras.applications' ImageNet mean and std")
-  mean = reader.get("normalization/mean").reshape(-1)
-  variance = reader.get("normalization/variance").reshape(-1)
+  mean = reader.get(f"{layers[0]}/mean").reshape(-1)
+  variance = reader.get(f"{layers[0]}/variance").reshape(-1)
   if np.allclose(variance, IMAGENET_STD, atol=1e-6):
     std, note = variance, "ImageNet's std stored as the variance (keras.applications' ImageNet files)"
   else:
@@ -120,7 +124,7 @@ def efficientnet_tower(reader, path: str) -> Tower:
   tensors.append(_map(reader, path, f"params/{t}/head_conv/kernel", "top_conv/kernel"))
   tensors += _bn(reader, path, t, "head_bn", "top_bn")
   used = {m.source for m in tensors}
-  unused = {n: (note if n.startswith("normalization/") else "the classifier (the tower ends at the pooled features)")
+  unused = {n: (note if n.startswith("normalization") else "the classifier (the tower ends at the pooled features)")
             for n in reader.names() if n not in used}
   return Tower("image", fields, {}, None, tensors, unused,
                {"format": "keras_efficientnet", "path": str(path), "variant": variant})
