@@ -19,29 +19,30 @@ from etils import epath
 from mural.pretrained.source import CheckpointError, Mapped, Safetensors, TfCheckpoint, Tower
 
 
+# (mural name, TF BERT name, kind) of one encoder layer's parameters, under layer_<i>/ and
+# encoder/layer_<i>/; kind says how the tensor's layout changes (_reshape).
+_LAYER = tuple(
+    [(f"attention/{p}/kernel", f"attention/self/{p}/kernel", "heads_out") for p in ("query", "key", "value")]
+    + [(f"attention/{p}/bias", f"attention/self/{p}/bias", "heads_bias") for p in ("query", "key", "value")]
+    + [("attention/out/kernel", "attention/output/dense/kernel", "heads_in"),
+       ("attention/out/bias", "attention/output/dense/bias", "")]
+    + [(f"{ours}/{w}", f"{theirs}/{w}", "kernel" if w == "kernel" else "")
+       for ours, theirs in (("mlp_in", "intermediate/dense"), ("mlp_out", "output/dense")) for w in ("kernel", "bias")]
+    + [(f"{ours}/{mine}", f"{theirs}/LayerNorm/{tf}", "")
+       for ours, theirs in (("attention_norm", "attention/output"), ("mlp_norm", "output"))
+       for mine, tf in (("scale", "gamma"), ("bias", "beta"))])
+
+
 def _names(num_layers: int):
-  """(mural name under text_tower, TF BERT name under 'bert/', kind) for every parameter:
-  kind says how the tensor's layout changes (_reshape)."""
+  """(mural name under text_tower, TF BERT name under 'bert/', kind) for every parameter."""
   yield "token_embed/embedding", "embeddings/word_embeddings", "table"
   yield "position_embed", "embeddings/position_embeddings", "rows"
   yield "token_type_embed", "embeddings/token_type_embeddings", "table"
   yield "embed_norm/scale", "embeddings/LayerNorm/gamma", ""
   yield "embed_norm/bias", "embeddings/LayerNorm/beta", ""
   for i in range(num_layers):
-    ours, theirs = f"layer_{i}/", f"encoder/layer_{i}/"
-    for part in ("query", "key", "value"):
-      yield f"{ours}attention/{part}/kernel", f"{theirs}attention/self/{part}/kernel", "heads_out"
-      yield f"{ours}attention/{part}/bias", f"{theirs}attention/self/{part}/bias", "heads_bias"
-    yield f"{ours}attention/out/kernel", f"{theirs}attention/output/dense/kernel", "heads_in"
-    yield f"{ours}attention/out/bias", f"{theirs}attention/output/dense/bias", ""
-    yield f"{ours}attention_norm/scale", f"{theirs}attention/output/LayerNorm/gamma", ""
-    yield f"{ours}attention_norm/bias", f"{theirs}attention/output/LayerNorm/beta", ""
-    yield f"{ours}mlp_in/kernel", f"{theirs}intermediate/dense/kernel", "kernel"
-    yield f"{ours}mlp_in/bias", f"{theirs}intermediate/dense/bias", ""
-    yield f"{ours}mlp_out/kernel", f"{theirs}output/dense/kernel", "kernel"
-    yield f"{ours}mlp_out/bias", f"{theirs}output/dense/bias", ""
-    yield f"{ours}mlp_norm/scale", f"{theirs}output/LayerNorm/gamma", ""
-    yield f"{ours}mlp_norm/bias", f"{theirs}output/LayerNorm/beta", ""
+    for ours, theirs, kind in _LAYER:
+      yield f"layer_{i}/{ours}", f"encoder/layer_{i}/{theirs}", kind
   yield "pooler/kernel", "pooler/dense/kernel", "kernel"
   yield "pooler/bias", "pooler/dense/bias", ""
 

@@ -12,13 +12,11 @@ pixels were normalised: `normalization` 'imagenet' (the reference's and timm's d
 std) or 'inception' (pixels to [-1, 1]: AdvProp's checkpoints, timm's '*_ap').
 """
 
-import json
 import re
 
-from etils import epath
-
 from mural.models import efficientnet
-from mural.pretrained.source import CheckpointError, Mapped, Safetensors, TfCheckpoint, Tower
+from mural.pretrained.source import CheckpointError, Mapped, mapper, oihw_to_hwio, Safetensors, TfCheckpoint
+from mural.pretrained.source import timm_config, Tower
 
 NORMALIZATIONS = {"imagenet": ((0.485 * 255, 0.456 * 255, 0.406 * 255), (0.229 * 255, 0.224 * 255, 0.225 * 255)),
                   "inception": ((127.5, 127.5, 127.5), (127.5, 127.5, 127.5))}
@@ -109,17 +107,9 @@ def read_tf(path: str, normalization: str = "imagenet") -> Tower:
                {"format": "tf_efficientnet", "path": str(path), "variant": variant, "ema": str(ema)})
 
 
-def _oihw(x):
-  """PyTorch's [out, in, kh, kw] conv weight -> HWIO."""
-  return x.transpose(2, 3, 1, 0)
-
-
 def read_timm(path: str, normalization: str = "imagenet") -> Tower:
   """timm's tf_efficientnet_* directory (config.json's architecture names the variant)."""
-  root = epath.Path(path)
-  if not (root / "config.json").exists():
-    raise CheckpointError(f"{path}: no config.json (a timm model directory has config.json and model.safetensors)")
-  architecture = json.loads((root / "config.json").read_text()).get("architecture", "")
+  architecture = timm_config(path).get("architecture", "")
   m = re.fullmatch(r"tf_efficientnet_(b\d|l2)", architecture)
   if not m:
     raise CheckpointError(f"{path}/config.json: architecture {architecture!r} is not one of timm's "
@@ -127,14 +117,10 @@ def read_timm(path: str, normalization: str = "imagenet") -> Tower:
   variant = m.group(1)
   reader = Safetensors(path)
   names = set(reader.names())
-
-  def tensor(ours, theirs, transform="", fn=None):
-    if theirs not in names:
-      raise CheckpointError(f"{path}: no tensor {theirs} (for {ours})")
-    return Mapped(ours, theirs, transform, (lambda: fn(reader.get(theirs))) if fn else (lambda: reader.get(theirs)))
+  tensor = mapper(reader, path)
 
   def conv(ours, theirs):
-    return tensor(ours, theirs, "[out, in, kh, kw] -> [kh, kw, in, out]", _oihw)
+    return tensor(ours, theirs, "[out, in, kh, kw] -> [kh, kw, in, out]", oihw_to_hwio)
 
   def bn(ours, theirs):
     keys = ("weight", "bias", "running_mean", "running_var")
@@ -150,7 +136,7 @@ def read_timm(path: str, normalization: str = "imagenet") -> Tower:
     else:  # DepthwiseSeparableConv: conv_dw, bn1, se, conv_pw, bn2.
       dw_bn, project, project_bn = f"{k}.bn1", f"{k}.conv_pw.weight", f"{k}.bn2"
     tensors.append(tensor(f"{t}/{b}/depthwise_conv/kernel", f"{k}.conv_dw.weight",
-                          "[C, 1, k, k] -> [k, k, 1, C]", _oihw))
+                          "[C, 1, k, k] -> [k, k, 1, C]", oihw_to_hwio))
     tensors += bn(f"{b}/depthwise_bn", dw_bn)
     for part, theirs in (("se_reduce", "se.conv_reduce"), ("se_expand", "se.conv_expand")):
       tensors += [conv(f"{t}/{b}/{part}/kernel", f"{k}.{theirs}.weight"),

@@ -46,6 +46,32 @@ def as_float32(x: np.ndarray) -> np.ndarray:
   return np.asarray(x, np.float32)
 
 
+def oihw_to_hwio(x: np.ndarray) -> np.ndarray:
+  """PyTorch's conv weight [out, in, kh, kw] -> mural's (and TF's) [kh, kw, in, out]."""
+  return x.transpose(2, 3, 1, 0)
+
+
+def mapper(reader, path: str):
+  """tensor(ours, theirs, transform='', fn=None) -> the Mapped that reads `theirs` (then fn) for
+  variable `ours`; a tensor the checkpoint lacks is one line naming both."""
+  names = set(reader.names())
+
+  def tensor(ours: str, theirs: str, transform: str = "", fn=None) -> Mapped:
+    if theirs not in names:
+      raise CheckpointError(f"{path}: no tensor {theirs} (for {ours})")
+    return Mapped(ours, theirs, transform, (lambda: fn(reader.get(theirs))) if fn else (lambda: reader.get(theirs)))
+
+  return tensor
+
+
+def timm_config(path: str) -> dict:
+  """A timm model directory's config.json (its `architecture`, `pretrained_cfg`)."""
+  config = epath.Path(path) / "config.json"
+  if not config.exists():
+    raise CheckpointError(f"{path}: no config.json (a timm model directory has config.json and model.safetensors)")
+  return json.loads(config.read_text())
+
+
 class Safetensors:
   """A Hugging Face model's `model.safetensors`, or its shards through
   `model.safetensors.index.json`; tensors read one at a time (NumPy, no framework)."""

@@ -6,13 +6,10 @@ conv; its input normalisation is the config's `pretrained_cfg` mean and std (Ima
 it gives none).
 """
 
-import json
 import re
 
-from etils import epath
-
 from mural.models import resnet
-from mural.pretrained.source import CheckpointError, Mapped, Safetensors, Tower
+from mural.pretrained.source import CheckpointError, mapper, oihw_to_hwio, Safetensors, timm_config, Tower
 
 _IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 _BN = (("scale", "params", "weight"), ("bias", "params", "bias"), ("mean", "batch_stats", "running_mean"),
@@ -20,10 +17,7 @@ _BN = (("scale", "params", "weight"), ("bias", "params", "bias"), ("mean", "batc
 
 
 def read(path: str) -> Tower:
-  root = epath.Path(path)
-  if not (root / "config.json").exists():
-    raise CheckpointError(f"{path}: no config.json (a timm model directory has config.json and model.safetensors)")
-  cfg = json.loads((root / "config.json").read_text())
+  cfg = timm_config(path)
   m = re.fullmatch(r"resnet(\d+)", cfg.get("architecture", ""))
   if not m or int(m.group(1)) not in resnet.DEPTHS:
     raise CheckpointError(f"{path}/config.json: architecture {cfg.get('architecture')!r} is not one of timm's "
@@ -33,15 +27,11 @@ def read(path: str) -> Tower:
   mean, std = pretrained.get("mean", _IMAGENET[0]), pretrained.get("std", _IMAGENET[1])
   reader = Safetensors(path)
   names = set(reader.names())
-
-  def tensor(ours, theirs, transform="", fn=None):
-    if theirs not in names:
-      raise CheckpointError(f"{path}: no tensor {theirs} (for {ours})")
-    return Mapped(ours, theirs, transform, (lambda: fn(reader.get(theirs))) if fn else (lambda: reader.get(theirs)))
+  tensor = mapper(reader, path)
 
   def conv(ours, theirs):
     return tensor(f"params/image_tower/{ours}/kernel", f"{theirs}.weight", "[out, in, kh, kw] -> [kh, kw, in, out]",
-                  lambda x: x.transpose(2, 3, 1, 0))
+                  oihw_to_hwio)
 
   def bn(ours, theirs):
     return [tensor(f"{c}/image_tower/{ours}/{mine}", f"{theirs}.{key}") for mine, c, key in _BN]
