@@ -531,3 +531,74 @@ def test_embed_sizes_below_one_are_one_line(flag, tmp_path, capsys):
                 flag, "0"])
   assert exit_info.value.code == 1
   assert capsys.readouterr().err.strip() == f"mural.embed: error: {flag} must be >= 1"
+
+
+def _brute_force_recalls(texts, images):
+  """One caption per image, caption i of image i: Recall@1/5/10 both ways in float64, ties
+  counted against the model, by explicit comparison of every candidate."""
+  sim = np.asarray(texts, np.float64) @ np.asarray(images, np.float64).T
+  n = sim.shape[0]
+  t2i = [sum(sim[i, j] >= sim[i, i] for j in range(n) if j != i) for i in range(n)]
+  i2t = [sum(sim[j, i] >= sim[i, i] for j in range(n) if j != i) for i in range(n)]
+  out = {}
+  for k in (1, 5, 10):
+    out[f"image_retrieval_recall@{k}"] = float(np.mean(np.array(t2i) < k))
+    out[f"text_retrieval_recall@{k}"] = float(np.mean(np.array(i2t) < k))
+  out["mean_recall"] = float(np.mean(list(out.values())))
+  return out
+
+
+def test_public_sets_score_an_export_as_their_releases_lay_them_out(trained, tmp_path, capsys):
+  """XTD10 and Multi30k in their releases' layouts (the held-out scenes as the images, their
+  captions as the texts): `python -m mural.evaluate_public` scores the export, every figure equal
+  to a float64 brute force over the same embeddings, with CLIP_benchmark's names, the paper's
+  figures printed beside them."""
+  import gzip  # pylint: disable=g-import-not-at-top
+  from mural import evaluate_public  # pylint: disable=g-import-not-at-top
+  scenes = trained.scenes
+  n = len(scenes.images)
+  names = [f"COCO_val2014_{i:012d}.jpg" for i in range(n)]
+  coco = tmp_path / "coco"
+  for i, (name, png) in enumerate(zip(names, _png_files(scenes.images, tmp_path / "png"))):
+    folder = coco / ("train2014" if i % 2 else "val2014")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_bytes(png.read_bytes())
+  first = {lang: scenes.languages[lang].captions[::len(scenes.languages[lang].captions) // n] for lang in ("en", "de")}
+  (tmp_path / "xtd" / "XTD10").mkdir(parents=True)
+  (tmp_path / "xtd" / "MIC").mkdir()
+  (tmp_path / "xtd" / "XTD10" / "test_image_names.txt").write_text("".join(f"{m}\n" for m in names))
+  (tmp_path / "xtd" / "XTD10" / "test_1kcaptions_en.txt").write_text("".join(f"{c}\n" for c in first["en"]))
+  (tmp_path / "xtd" / "MIC" / "test_1kcaptions_de.txt").write_text("".join(f"{c}\n" for c in first["de"]))
+  m30k = tmp_path / "multi30k"
+  (m30k / "task1" / "image_splits").mkdir(parents=True)
+  (m30k / "task1" / "raw").mkdir()
+  (m30k / "task1" / "image_splits" / "test_2016_flickr.txt").write_text("".join(f"{m}\n" for m in names))
+  for lang in ("en", "de"):
+    with gzip.open(m30k / "task1" / "raw" / f"test_2016_flickr.{lang}.gz", "wt", encoding="utf-8") as f:
+      f.write("".join(f"{c}\n" for c in first[lang]))
+  output = tmp_path / "public.jsonl"
+  assert evaluate_public.main([f"--export={trained.export_dir}", f"--set=xtd10:{tmp_path / 'xtd'}",
+                               f"--images=xtd10:{coco}", f"--set=multi30k:{m30k}",
+                               f"--images=multi30k:{coco / 'val2014'}", f"--output={output}"]) == 0
+  printed = capsys.readouterr().out
+  rows = [json.loads(line) for line in output.read_text().splitlines()]
+  model = export.load(trained.export_dir)
+  paths = [str(coco / ("train2014" if i % 2 else "val2014") / m) for i, m in enumerate(names)]
+  images = model.embed_images(paths)
+  for lang in ("en", "de"):
+    expected = _brute_force_recalls(model.embed_texts(first[lang]), images)
+    got = {r["metric"]: r["value"] for r in rows if r["dataset"] == "xtd10" and r["language"] == lang}
+    assert got.keys() == expected.keys()
+    for metric, value in expected.items():
+      assert got[metric] == pytest.approx(value, abs=1e-9), (lang, metric)
+  pairs = {r["metric"]: r["value"] for r in rows if r["dataset"] == "multi30k" and r["language"] == "en-de"}
+  sim = model.embed_texts(first["en"]).astype(np.float64) @ model.embed_texts(first["de"]).astype(np.float64).T
+  l2r = np.mean([all(sim[i, j] < sim[i, i] for j in range(n) if j != i) for i in range(n)])
+  r2l = np.mean([all(sim[j, i] < sim[i, i] for j in range(n) if j != i) for i in range(n)])
+  assert pairs["translation_accuracy_l2r"] == pytest.approx(l2r) and pairs["translation_accuracy_r2l"] == pytest.approx(r2l)
+  assert all(r["model"] == os.path.abspath(trained.export_dir) and r["split"] in ("test", "test_2016_flickr")
+             for r in rows)
+  # Half the images are not in the folder given for Multi30k: its retrieval is skipped, and said.
+  assert not any(r["dataset"] == "multi30k" and r["task"] == "zeroshot_retrieval" for r in rows)
+  assert f"{n - n // 2} of its {n} images are not in" in printed
+  assert "MURAL-BASE (paper)" in printed and "xtd10 test" in printed and "multi30k test_2016_flickr" in printed

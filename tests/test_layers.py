@@ -20,13 +20,14 @@ LAYERS = (
         "mural.clc", "mural.system", "mural.orbax_quiet", "mural.checkpointing", "mural.saved_variables")),
     ("data: sources, record kinds, pipelines, vocabularies, eval sets", ("mural.data",)),
     ("models: towers and heads", ("mural.models",)),
-    ("evaluation and logs", ("mural.evaluate", "mural.metric_log", "mural.translation_retrieval")),
+    ("evaluation and logs", ("mural.evaluate", "mural.metric_log", "mural.translation_retrieval", "mural.public_sets")),
     ("systems: each system's tasks, model and evaluators", ("mural.systems",)),
     ("the trainer: the step, the loop and what it needs", (
         "mural.step", "mural.device_memory", "mural.warm_start", "mural.train")),
     ("tools and entry points", (
         "mural.plan", "mural.describe", "mural.export", "mural.embed", "mural.index", "mural.search",
-        "mural.svcca", "mural.learn_words", "mural.pretrained", "mural.import_weights", "mural.main")),
+        "mural.svcca", "mural.learn_words", "mural.pretrained", "mural.import_weights", "mural.evaluate_public",
+        "mural.main")),
 )
 
 

@@ -37,7 +37,9 @@ TASK1_SPLITS = {
     "train": "train", "val": "val", "dev": "val", "validation": "val",
     "test": "test_2016_flickr", "test_2016": "test_2016_flickr", "test_2016_flickr": "test_2016_flickr",
     "test_2017_flickr": "test_2017_flickr", "test_2017_mscoco": "test_2017_mscoco",
+    "test_2018_flickr": "test_2018_flickr",
 }
+TEST_SPLITS = ("test_2016_flickr", "test_2017_flickr", "test_2017_mscoco", "test_2018_flickr")  # As released.
 TASK2_SPLITS = {
     "train": "train", "val": "val", "dev": "val", "validation": "val",
     "test": "test_2016", "test_2016": "test_2016", "test_2016_flickr": "test_2016",

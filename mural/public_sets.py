@@ -1,0 +1,184 @@
+"""The field's evaluation sets by name, each read as released and scored as its paper states.
+
+A set reads its files into parts: `Retrieval` (images and one list of captions per language,
+scored image<->text Recall@1/5/10 and mR) and `Translation` (line-aligned sentences in two
+languages, scored translation retrieval accuracy both ways). `score` embeds each part with a
+model that has `embed_texts(texts, langs)` and `embed_images(paths)` (mural.export.Model) and
+gives one row per (set, split, language, metric), with CLIP_benchmark's metric names so rows
+from mural and from open_clip sit side by side. Each set keeps its paper's published figures
+for its headline metric (REFERENCES), printed beside a model's.
+
+  xtd10     XTD10: text->image Recall@10 per language over its 1000 COCO images (MURAL Table 4).
+  multi30k  Multi30k task 1, every released test split: translation retrieval en <-> de/fr/cs
+            and, given the split's images, image<->text retrieval per language (mR: MURAL
+            Table 2, test_2016_flickr).
+"""
+
+import os
+import time
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Union
+
+import numpy as np
+
+from mural import metrics
+from mural.data import multi30k
+from mural.data import xtd
+
+
+class Retrieval(NamedTuple):
+  split: str
+  language: str
+  images: List[str]  # Image files.
+  captions: List[str]
+  text_to_image: np.ndarray  # [len(captions)] index into images.
+
+
+class Translation(NamedTuple):
+  split: str
+  left_language: str
+  right_language: str
+  left: List[str]
+  right: List[str]  # right[i] translates left[i].
+
+
+Part = Union[Retrieval, Translation]
+
+
+class PublicSet(NamedTuple):
+  read: Callable[[str, Optional[str], Callable[[str], None]], List[Part]]  # (text dir, images dir, log)
+  headline: str  # The metric the paper reports, a key of the rows' metrics.
+  reference_split: str  # The split the paper's figures are on.
+  references: Dict[str, Dict[str, float]]  # A published model -> {language: headline value (percent)}.
+
+
+def _read_xtd(folder: str, images: Optional[str], log) -> List[Part]:
+  del log
+  if not images:
+    raise ValueError("xtd10: needs the COCO 2014 images folder (--images=xtd10:DIR): it is image retrieval")
+  data = xtd.read(folder, images)
+  order = np.arange(len(data.images))
+  return [Retrieval("test", lang, data.images, captions, order) for lang, captions in sorted(data.captions.items())]
+
+
+def _read_multi30k(folder: str, images: Optional[str], log) -> List[Part]:
+  parts = []
+  for split in multi30k.TEST_SPLITS:
+    if not os.path.exists(os.path.join(folder, "task1", "image_splits", f"{split}.txt")):
+      log(f"multi30k {split}: not in {folder}/task1/image_splits, skipped")
+      continue
+    languages = multi30k.task1_languages(split, folder)
+    if "en" not in languages:
+      log(f"multi30k {split}: no English captions (the release's references), skipped")
+      continue
+    t1 = multi30k.task1(split, languages, folder)
+    for other in languages:
+      if other != "en":
+        parts.append(Translation(split, "en", other, t1.captions["en"], t1.captions[other]))
+    if images:
+      paths = [os.path.join(images, name) for name in t1.images]
+      absent = [p for p in paths if not os.path.exists(p)]
+      if absent:
+        log(f"multi30k {split}: image-text retrieval skipped: {len(absent)} of its {len(paths)} images are "
+            f"not in {images}, e.g. {os.path.basename(absent[0])} (a split is scored whole or not at all)")
+        continue
+      order = np.arange(len(paths))
+      parts += [Retrieval(split, lang, paths, t1.captions[lang], order) for lang in languages]
+  if not parts:
+    raise ValueError(f"multi30k: no released test split under {folder} (task1/image_splits/<split>.txt)")
+  return parts
+
+
+SETS = {
+    "xtd10": PublicSet(_read_xtd, "image_retrieval_recall@10", "test", {
+        # MURAL (Jain et al. 2021), Table 4: zero-shot text->image Recall@10.
+        "mUSE+M3L (paper)": {"it": 78.9, "es": 76.7, "ru": 73.6, "zh": 76.1, "pl": 71.7, "tr": 70.9, "ko": 70.7},
+        "ALIGN-BASE (paper)": {"it": 87.9, "es": 88.8, "ru": 82.3, "zh": 86.5, "pl": 79.8, "tr": 73.5, "ko": 76.6},
+        "MURAL-BASE (paper)": {"it": 88.4, "es": 89.6, "ru": 83.6, "zh": 88.3, "pl": 86.1, "tr": 84.8, "ko": 82.4},
+        "MURAL-LARGE (paper)": {"it": 91.8, "es": 92.9, "ru": 87.2, "zh": 89.7, "pl": 91.0, "tr": 89.5, "ko": 88.1},
+    }),
+    "multi30k": PublicSet(_read_multi30k, "mean_recall", "test_2016_flickr", {
+        # MURAL, Table 2: mR on test_2016_flickr, zero-shot and fine-tuned (Multi30k + MSCOCO).
+        "ALIGN-BASE zero-shot (paper)": {"en": 83.3, "de": 75.0, "fr": 74.2, "cs": 47.9},
+        "MURAL-BASE zero-shot (paper)": {"en": 82.4, "de": 76.2, "fr": 75.0, "cs": 64.6},
+        "MURAL-LARGE zero-shot (paper)": {"en": 89.2, "de": 83.5, "fr": 83.1, "cs": 77.0},
+        "MURAL-BASE fine-tuned (paper)": {"en": 92.2, "de": 88.6, "fr": 87.6, "cs": 84.2},
+        "MURAL-LARGE fine-tuned (paper)": {"en": 93.8, "de": 90.4, "fr": 89.9, "cs": 87.1},
+    }),
+}
+
+
+def retrieval_rows(texts: np.ndarray, images: np.ndarray, text_to_image: np.ndarray) -> Dict[str, float]:
+  """CLIP_benchmark's names (fractions): image_retrieval_recall@k is text->image,
+  text_retrieval_recall@k image->text; mean_recall is MURAL's mR (the mean of the six)."""
+  m = metrics.retrieval_metrics_from_embeddings(texts, images, text_to_image)
+  out = {}
+  for k in metrics.RECALL_KS:
+    out[f"image_retrieval_recall@{k}"] = m[f"t2i_R@{k}"] / 100
+    out[f"text_retrieval_recall@{k}"] = m[f"i2t_R@{k}"] / 100
+  out["mean_recall"] = m["mR"] / 100
+  return out
+
+
+def translation_rows(left: np.ndarray, right: np.ndarray) -> Dict[str, float]:
+  """Translation retrieval among the split's sentences (fractions), both ways and their mean."""
+  m = metrics.translation_accuracy(np.asarray(left, np.float64) @ np.asarray(right, np.float64).T)
+  return {"translation_accuracy_l2r": m["l2r_acc"] / 100, "translation_accuracy_r2l": m["r2l_acc"] / 100,
+          "translation_accuracy": m["acc"] / 100}
+
+
+def score(name: str, parts: Sequence[Part], model, log=print) -> List[dict]:
+  """Rows {dataset, split, language, task, metric, value} of every part, embedded by `model`.
+  An image list shared by several parts is embedded once."""
+  rows, image_cache = [], {}
+  start = time.time()
+  for i, part in enumerate(parts):
+    if isinstance(part, Retrieval):
+      key = (part.split, tuple(part.images))
+      if key not in image_cache:
+        image_cache[key] = model.embed_images(part.images)
+      texts = model.embed_texts(part.captions, [part.language] * len(part.captions))
+      values, language, task = retrieval_rows(texts, image_cache[key], part.text_to_image), part.language, \
+          "zeroshot_retrieval"
+    else:
+      left = model.embed_texts(part.left, [part.left_language] * len(part.left))
+      right = model.embed_texts(part.right, [part.right_language] * len(part.right))
+      values, language, task = translation_rows(left, right), f"{part.left_language}-{part.right_language}", \
+          "translation_retrieval"
+    rows += [dict(dataset=name, split=part.split, language=language, task=task, metric=metric, value=value)
+             for metric, value in values.items()]
+    log(f"  {name} {part.split} {language}: {i + 1}/{len(parts)} parts ({time.time() - start:.0f} s)")
+  return rows
+
+
+# Column labels of the printed tables (the JSON keeps CLIP_benchmark's names).
+_LABELS = {"mean_recall": "mR", "translation_accuracy_l2r": "l2r", "translation_accuracy_r2l": "r2l",
+           "translation_accuracy": "acc"}
+_LABELS.update({f"image_retrieval_recall@{k}": f"t2i R@{k}" for k in metrics.RECALL_KS})
+_LABELS.update({f"text_retrieval_recall@{k}": f"i2t R@{k}" for k in metrics.RECALL_KS})
+
+
+def table(name: str, rows: Sequence[dict]) -> str:
+  """One table per split of `rows` (percent), the set's published figures beneath as reference rows."""
+  out = []
+  for split in dict.fromkeys(r["split"] for r in rows):
+    mine = [r for r in rows if r["split"] == split]
+    languages = list(dict.fromkeys(r["language"] for r in mine))
+    names = list(dict.fromkeys(r["metric"] for r in mine))
+    value = {(r["language"], r["metric"]): r["value"] for r in mine}
+    width = max(len(_LABELS.get(n, n)) for n in names) + 2
+    out.append(f"{name} {split}")
+    out.append(f"{'':>10}" + "".join(f"{_LABELS.get(n, n):>{width}}" for n in names))
+    for lang in languages:
+      cells = "".join(f"{100 * value[lang, n]:>{width}.1f}" if (lang, n) in value else f"{'-':>{width}}"
+                      for n in names)
+      out.append(f"{lang:>10}" + cells)
+    headline = SETS[name].headline
+    retrieval = [lang for lang in languages if (lang, headline) in value]
+    if retrieval and SETS[name].references and split == SETS[name].reference_split:
+      out.append(f"  {_LABELS.get(headline, headline)} (percent) beside the paper's:")
+      out.append(f"{'':>30}" + "".join(f"{lang:>7}" for lang in retrieval))
+      out.append(f"{'this model':>30}" + "".join(f"{100 * value[lang, headline]:>7.1f}" for lang in retrieval))
+      for model, figures in SETS[name].references.items():
+        out.append(f"{model:>30}" + "".join(f"{figures[lang]:>7.1f}" if lang in figures else f"{'-':>7}"
+                                           for lang in retrieval))
+  return "\n".join(out)

@@ -1,0 +1,98 @@
+"""The public sets' readers on their releases' layouts, built here: what they read, and bad input
+as one line naming the file (nothing scored on part of a set); the scoring's figures against a
+NumPy float64 brute force with ties. (tests/test_export.py scores an export end to end.)"""
+
+import gzip
+
+import numpy as np
+import pytest
+
+from mural import public_sets
+from mural.data import xtd
+
+
+def _xtd_release(root, n=6, langs=("en", "jp")):
+  (root / "XTD10").mkdir(parents=True)
+  (root / "STAIR").mkdir()
+  names = [f"COCO_train2014_{i:012d}.jpg" for i in range(n)]
+  (root / "XTD10" / "test_image_names.txt").write_text("".join(f"{m}\n" for m in names))
+  for lang in langs:
+    folder = "STAIR" if lang == "jp" else "XTD10"
+    (root / folder / f"test_1kcaptions_{lang}.txt").write_text("".join(f"{lang} caption {i}\n" for i in range(n)))
+  coco = root / "coco" / "train2014"
+  coco.mkdir(parents=True)
+  for m in names:
+    (coco / m).write_bytes(b"\xff\xd8\xff")
+  return names
+
+
+def test_xtd_reads_the_release_and_says_what_is_missing(tmp_path):
+  names = _xtd_release(tmp_path)
+  data = xtd.read(str(tmp_path), str(tmp_path / "coco"))
+  assert sorted(data.captions) == ["en", "ja"]  # The release's 'jp' is Japanese.
+  assert data.images == [str(tmp_path / "coco" / "train2014" / m) for m in names]
+  assert data.captions["ja"][2] == "jp caption 2"
+  (tmp_path / "coco" / "train2014" / names[3]).unlink()
+  with pytest.raises(ValueError, match=rf"^XTD10: 1 of its 6 images are not in .*e\.g\. {names[3]}"):
+    xtd.read(str(tmp_path), str(tmp_path / "coco"))
+  (tmp_path / "XTD10" / "test_1kcaptions_en.txt").write_text("one\ntwo\n")
+  with pytest.raises(ValueError, match=r"test_1kcaptions_en.txt has 2 captions for the 6 images"):
+    xtd.read(str(tmp_path), str(tmp_path / "coco"))
+  with pytest.raises(ValueError, match=r"no test_image_names.txt under"):
+    xtd.read(str(tmp_path / "coco"), str(tmp_path / "coco"))
+  with pytest.raises(ValueError, match=r"needs the COCO 2014 images folder"):
+    public_sets.SETS["xtd10"].read(str(tmp_path), None, print)
+
+
+def test_multi30k_reads_every_released_test_split_it_finds(tmp_path):
+  root = tmp_path / "multi30k"
+  (root / "task1" / "image_splits").mkdir(parents=True)
+  (root / "task1" / "raw").mkdir()
+  for split, langs in (("test_2016_flickr", ("en", "de", "fr", "cs")), ("test_2017_mscoco", ("en", "de", "fr"))):
+    (root / "task1" / "image_splits" / f"{split}.txt").write_text("a.jpg\nb.jpg\n")
+    for lang in langs:
+      with gzip.open(root / "task1" / "raw" / f"{split}.{lang}.gz", "wt") as f:
+        f.write(f"{lang} one\n{lang} two\n")
+  lines = []
+  parts = public_sets.SETS["multi30k"].read(str(root), None, lines.append)
+  assert [(p.split, p.right_language) for p in parts] == [
+      ("test_2016_flickr", "de"), ("test_2016_flickr", "fr"), ("test_2016_flickr", "cs"),
+      ("test_2017_mscoco", "de"), ("test_2017_mscoco", "fr")]
+  assert any("test_2017_flickr: not in" in line for line in lines)
+  images = tmp_path / "flickr"
+  images.mkdir()
+  (images / "a.jpg").write_bytes(b"x")
+  (images / "b.jpg").write_bytes(b"x")
+  parts = public_sets.SETS["multi30k"].read(str(root), str(images), lines.append)
+  retrieval = [p for p in parts if isinstance(p, public_sets.Retrieval)]
+  assert [(p.split, p.language) for p in retrieval] == [("test_2016_flickr", l) for l in ("en", "de", "fr", "cs")] + [
+      ("test_2017_mscoco", l) for l in ("en", "de", "fr")]
+  (images / "b.jpg").unlink()
+  lines.clear()
+  parts = public_sets.SETS["multi30k"].read(str(root), str(images), lines.append)
+  assert not any(isinstance(p, public_sets.Retrieval) for p in parts)
+  assert any("1 of its 2 images are not in" in line for line in lines)
+
+
+def test_scores_equal_a_float64_brute_force_with_ties():
+  rng = np.random.default_rng(0)
+  texts = rng.normal(size=(9, 4)).round(1)  # Coarse values: ties happen.
+  images = np.concatenate([rng.normal(size=(5, 4)).round(1), texts[:1]])  # A tie at the top too.
+  t2i = rng.integers(0, images.shape[0], texts.shape[0])
+  got = public_sets.retrieval_rows(texts, images, t2i)
+  sim = texts @ images.T
+  t2i_rank = [sum(sim[i, j] >= sim[i, t2i[i]] for j in range(6) if j != t2i[i]) for i in range(9)]
+  i2t_rank = []
+  for j in range(6):
+    mine = [i for i in range(9) if t2i[i] == j]
+    if mine:
+      best = max(sim[i, j] for i in mine)
+      i2t_rank.append(sum(sim[i, j] >= best for i in range(9) if t2i[i] != j))
+  for k in (1, 5, 10):
+    assert got[f"image_retrieval_recall@{k}"] == pytest.approx(np.mean(np.array(t2i_rank) < k))
+    assert got[f"text_retrieval_recall@{k}"] == pytest.approx(np.mean(np.array(i2t_rank) < k))
+  left, right = rng.normal(size=(7, 3)), rng.normal(size=(7, 3))
+  got = public_sets.translation_rows(left, right)
+  sim = left @ right.T
+  assert got["translation_accuracy_l2r"] == pytest.approx(np.mean([np.argmax(sim[i]) == i for i in range(7)]))
+  assert got["translation_accuracy_r2l"] == pytest.approx(np.mean([np.argmax(sim[:, i]) == i for i in range(7)]))
