@@ -96,3 +96,37 @@ def test_scores_equal_a_float64_brute_force_with_ties():
   sim = left @ right.T
   assert got["translation_accuracy_l2r"] == pytest.approx(np.mean([np.argmax(sim[i]) == i for i in range(7)]))
   assert got["translation_accuracy_r2l"] == pytest.approx(np.mean([np.argmax(sim[:, i]) == i for i in range(7)]))
+
+
+def test_mscoco_reads_karpathys_test_split_with_stair_and_scores_1k_as_the_mean_of_5_folds(tmp_path):
+  """dataset_coco.json's test images (10 here: 5 folds of 2), 2 English captions each, STAIR's
+  Japanese beside it; the 1k rows are the folds' means."""
+  import json  # pylint: disable=g-import-not-at-top
+  images, stair = [], {"annotations": []}
+  coco = tmp_path / "coco" / "val2014"
+  coco.mkdir(parents=True)
+  for i in range(10):
+    name = f"COCO_val2014_{1000 + i:012d}.jpg"
+    (coco / name).write_bytes(b"x")
+    images.append({"filepath": "val2014", "filename": name, "split": "test",
+                   "sentences": [{"raw": f"image {i} caption {j}"} for j in range(2)]})
+    stair["annotations"] += [{"image_id": 1000 + i, "caption": f"画像 {i}"}]
+  images.append({"filepath": "val2014", "filename": "COCO_val2014_000000000001.jpg", "split": "train",
+                 "sentences": [{"raw": "not a test image"}]})
+  (tmp_path / "dataset_coco.json").write_text(json.dumps({"images": images}))
+  (tmp_path / public_sets.STAIR_FILE).write_text(json.dumps(stair, ensure_ascii=False))
+  parts = public_sets.SETS["mscoco"].read(str(tmp_path), str(tmp_path / "coco"), print)
+  by = {(p.split, p.language): p for p in parts}
+  assert sorted(by) == sorted([(s, l) for s in ["5k"] + [f"1k/fold{k}" for k in range(5)] for l in ("en", "ja")])
+  assert len(by["5k", "en"].images) == 10 and len(by["5k", "en"].captions) == 20
+  fold = by["1k/fold3", "en"]
+  assert fold.captions == [f"image {i} caption {j}" for i in (6, 7) for j in range(2)]
+  np.testing.assert_array_equal(fold.text_to_image, [0, 0, 1, 1])
+  assert by["1k/fold3", "ja"].captions == ["画像 6", "画像 7"]
+  rows = [dict(dataset="mscoco", split=f"1k/fold{k}", language="en", task="t", metric="m", value=float(k))
+          for k in range(5)]
+  assert public_sets.fold_means(rows) == [dict(dataset="mscoco", split="1k", language="en", task="t",
+                                               metric="m", value=2.0)]
+  (coco / images[4]["filename"]).unlink()
+  with pytest.raises(ValueError, match=r"^mscoco: 1 of the 10 Karpathy test images are not in"):
+    public_sets.SETS["mscoco"].read(str(tmp_path), str(tmp_path / "coco"), print)
