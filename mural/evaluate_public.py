@@ -39,7 +39,8 @@ def _model(args, tmp: str):
   from mural import systems  # pylint: disable=g-import-not-at-top
   config = systems.recorded(args.workdir)
   path = export.export(config, args.workdir, os.path.join(tmp, "export"), args.step, saved_model=False)
-  step = json.load(open(os.path.join(path, "manifest.json")))["step"]
+  with open(os.path.join(path, "manifest.json"), encoding="utf-8") as f:
+    step = json.load(f)["step"]
   return export.load(path), f"{os.path.abspath(args.workdir)}@{step}"
 
 
