@@ -409,7 +409,6 @@ HEAVY_FIRST = (
     "test_train.py",
     "test_multihost.py::test_two_processes_match_one_process",
     "test_multihost.py",
-    "test_pretrained.py",
     "test_models.py",
     "test_export.py",
     "test_pipeline.py",
