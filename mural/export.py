@@ -106,12 +106,7 @@ def untrained_variables(config, model, tasks, abstract, workdir: str) -> Dict[st
   epath.Path(workdir).mkdir(parents=True, exist_ok=True)
   vocab.learn(config, tasks, workdir)
   warm = warm_start.match(types.SimpleNamespace(**abstract), config, vocab.wordpiece_path(config, workdir))
-  out = {}
-  for collection, tree in variables.items():
-    out[collection] = jax.tree_util.tree_map_with_path(
-        lambda path, leaf, c=collection: np.asarray(warm.arrays.get(
-            f"{c}/{'/'.join(str(getattr(k, 'key', k)) for k in path)}", leaf), np.asarray(leaf).dtype), tree)
-  return out
+  return {collection: warm.filled(collection, tree) for collection, tree in variables.items()}
 
 
 def check_fits(variables, abstract, what: str) -> None:

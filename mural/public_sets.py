@@ -79,14 +79,13 @@ def _read_multi30k(folder: str, images: Optional[str], log) -> List[Part]:
       if other != "en":
         parts.append(Translation(split, "en", other, t1.captions["en"], t1.captions[other]))
     if images:
-      paths = [os.path.join(images, name) for name in t1.images]
-      absent = [p for p in paths if not os.path.exists(p)]
-      if absent:
-        log(f"multi30k {split}: image-text retrieval skipped: {len(absent)} of its {len(paths)} images are "
-            f"not in {images}, e.g. {os.path.basename(absent[0])} (a split is scored whole or not at all)")
+      try:
+        data = multi30k.eval_data(split, 1, languages, folder, images)
+      except ValueError as e:  # An image missing: the split is scored whole or not at all.
+        log(f"multi30k {split}: image-text retrieval skipped: {e}")
         continue
-      order = np.arange(len(paths))
-      parts += [Retrieval(split, lang, paths, t1.captions[lang], order) for lang in languages]
+      parts += [Retrieval(split, lang, data.images, data.captions[lang], data.caption_image[lang])
+                for lang in data.captions]
   if not parts:
     raise ValueError(f"multi30k: no released test split under {folder} (task1/image_splits/<split>.txt)")
   return parts
@@ -98,11 +97,15 @@ STAIR_FILE = "stair_captions_v1.2_val.json"  # STAIR Captions' release: Japanese
 
 def _stair(path: str) -> Dict[int, List[str]]:
   """STAIR Captions (COCO's annotation format): COCO image id -> its Japanese captions."""
-  with open(path, encoding="utf-8") as f:
-    data = json.load(f)
-  out = {}
-  for a in data.get("annotations", ()):
-    out.setdefault(int(a["image_id"]), []).append(a["caption"].strip())
+  try:
+    with open(path, encoding="utf-8") as f:
+      annotations = json.load(f)["annotations"]
+    out = {}
+    for a in annotations:
+      out.setdefault(int(a["image_id"]), []).append(a["caption"].strip())
+  except (ValueError, KeyError, TypeError, AttributeError) as e:
+    raise ValueError(f"{path}: not STAIR Captions' annotation file (annotations of image_id and "
+                     f"caption): {e!r}") from None
   return out
 
 
@@ -116,14 +119,9 @@ def _read_mscoco(folder: str, images: Optional[str], log) -> List[Part]:
   Japanese where STAIR's file is beside it (its captions of the same images)."""
   if not images:
     raise ValueError("mscoco: needs the COCO 2014 images folder (--images=mscoco:DIR, holding val2014/)")
-  captions = karpathy.captions("test", os.path.join(folder, "dataset_coco.json"), images, restval=False)
-  order = list(dict.fromkeys(c.image for c in captions))
-  absent = [p for p in order if not os.path.exists(p)]
-  if absent:
-    raise ValueError(f"mscoco: {len(absent)} of the {len(order)} Karpathy test images are not in {images}, "
-                     f"e.g. {absent[0]}: the 5k and 1k sets are scored on all of them")
-  position = {path: i for i, path in enumerate(order)}
-  per_language = {"en": [(c.caption, position[c.image]) for c in captions]}
+  data = karpathy.eval_data("test", os.path.join(folder, "dataset_coco.json"), images)  # Refuses a missing image.
+  order = data.images
+  per_language = {"en": list(zip(data.captions["en"], data.caption_image["en"]))}
   stair = os.path.join(folder, STAIR_FILE)
   if os.path.exists(stair):
     japanese = _stair(stair)
@@ -193,24 +191,35 @@ def translation_rows(left: np.ndarray, right: np.ndarray) -> Dict[str, float]:
           "translation_accuracy": m["acc"] / 100}
 
 
+IMAGE_CHUNK = 256  # Images decoded and embedded at a time (5k images at 289 px would be 5 GB at once).
+
+
 def score(name: str, parts: Sequence[Part], model, log=print) -> List[dict]:
   """Rows {dataset, split, language, task, metric, value} of every part, embedded by `model`.
-  An image list shared by several parts is embedded once."""
-  rows, image_cache = [], {}
+  Each image file is embedded once, whichever parts share it (5k and its 1k folds, languages),
+  and so is each list of sentences (Multi30k's English against each other language)."""
+  rows, embedded, sentences = [], {}, {}
   start = time.time()
+
+  def texts(lines, language):
+    key = (language, tuple(lines))
+    if key not in sentences:
+      sentences[key] = model.embed_texts(list(lines), [language] * len(lines))
+    return sentences[key]
+
+  def images(paths):
+    new = [p for p in dict.fromkeys(paths) if p not in embedded]
+    for i in range(0, len(new), IMAGE_CHUNK):
+      embedded.update(zip(new[i:i + IMAGE_CHUNK], model.embed_images(new[i:i + IMAGE_CHUNK])))
+    return np.stack([embedded[p] for p in paths])
+
   for i, part in enumerate(parts):
     if isinstance(part, Retrieval):
-      key = (part.split, tuple(part.images))
-      if key not in image_cache:
-        image_cache[key] = model.embed_images(part.images)
-      texts = model.embed_texts(part.captions, [part.language] * len(part.captions))
-      values, language, task = retrieval_rows(texts, image_cache[key], part.text_to_image), part.language, \
-          "zeroshot_retrieval"
+      values = retrieval_rows(texts(part.captions, part.language), images(part.images), part.text_to_image)
+      language, task = part.language, "zeroshot_retrieval"
     else:
-      left = model.embed_texts(part.left, [part.left_language] * len(part.left))
-      right = model.embed_texts(part.right, [part.right_language] * len(part.right))
-      values, language, task = translation_rows(left, right), f"{part.left_language}-{part.right_language}", \
-          "translation_retrieval"
+      values = translation_rows(texts(part.left, part.left_language), texts(part.right, part.right_language))
+      language, task = f"{part.left_language}-{part.right_language}", "translation_retrieval"
     rows += [dict(dataset=name, split=part.split, language=language, task=task, metric=metric, value=value)
              for metric, value in values.items()]
     log(f"  {name} {part.split} {language}: {i + 1}/{len(parts)} parts ({time.time() - start:.0f} s)")

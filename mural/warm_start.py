@@ -71,17 +71,19 @@ class WarmStart(NamedTuple):
   arrays: Dict[str, np.ndarray]  # 'params/<name>' or 'batch_stats/<name>' -> the source's array.
   report: Dict[str, List[str]]  # {'loaded', 'initialised', 'unused'} array names.
 
+  def filled(self, collection: str, tree, place=lambda value, leaf: value):
+    """tree (a state's params or batch_stats) with the matched arrays, each in its leaf's dtype and
+    put in place by `place(value, leaf)` (default: as a host array)."""
+    def one(path, leaf):
+      value = self.arrays.get(f"{collection}/{_name(path)}")
+      return leaf if value is None else place(np.asarray(value, leaf.dtype), leaf)
+    return jax.tree_util.tree_map_with_path(one, tree)
+
   def apply(self, state):
     """state with the matched arrays, each placed with the state's sharding (each process its shards)."""
-    def place(collection):
-      def one(path, leaf):
-        value = self.arrays.get(f"{collection}/{_name(path)}")
-        if value is None:
-          return leaf
-        value = np.asarray(value, leaf.dtype)
-        return jax.make_array_from_callback(leaf.shape, leaf.sharding, lambda index: value[index])
-      return jax.tree_util.tree_map_with_path(one, getattr(state, collection))
-    return state.replace(params=place("params"), batch_stats=place("batch_stats"))
+    place = lambda value, leaf: jax.make_array_from_callback(leaf.shape, leaf.sharding, lambda index: value[index])
+    return state.replace(params=self.filled("params", state.params, place),
+                         batch_stats=self.filled("batch_stats", state.batch_stats, place))
 
 
 def _name(path) -> str:

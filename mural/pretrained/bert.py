@@ -9,14 +9,13 @@ Two formats with one name table: Hugging Face directories (`config.json`, `model
 heads (masked LM, next sentence) and optimizer slots are listed in the manifest as not used.
 """
 
-import json
 import re
 from typing import Optional
 
 import numpy as np
 from etils import epath
 
-from mural.pretrained.source import CheckpointError, Mapped, Safetensors, TfCheckpoint, Tower
+from mural.pretrained.source import CheckpointError, Mapped, read_json, Safetensors, TfCheckpoint, Tower
 
 
 # (mural name, TF BERT name, kind) of one encoder layer's parameters, under layer_<i>/ and
@@ -91,6 +90,12 @@ _GELU = {"tf_bert": {"gelu": True},
 def _fields(cfg: dict, max_len: int, pooler: bool, where: str, fmt: str) -> dict:
   """config.model.text of a BERT config (HF's config.json and TF's bert_config.json share keys);
   an architecture mural's tower does not compute is one line."""
+  keys = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+          "max_position_embeddings")
+  absent = [k for k in keys if not isinstance(cfg.get(k), int)]
+  if absent:
+    raise CheckpointError(f"{where}: no integer {', '.join(absent)} (a BERT config has {', '.join(keys)})")
+
   def need(key, allowed):
     value = cfg.get(key, allowed[0])
     if value not in allowed:
@@ -140,6 +145,11 @@ def _tower(fields, reader, name_of, transposed, vocab, lower_case, source, poole
   return Tower("text", fields, data, vocab, tensors, unused, source)
 
 
+def _need_vocab(root, layout: str) -> None:
+  if not (root / "vocab.txt").exists():
+    raise CheckpointError(f"{root}: no vocab.txt ({layout})")
+
+
 _POOLER_NOTE = "the pooler: not used by a [CLS] embedding (import with pooler=True to embed through it)"
 
 
@@ -148,16 +158,14 @@ def read_hf(path: str, max_len: int = 64, pooler: bool = False,
   """A Hugging Face BERT directory. Casing: `lower_case`, else tokenizer_config.json's
   do_lower_case (True where it is absent, as transformers' BertTokenizer defaults)."""
   root = epath.Path(path)
-  for needed in ("config.json", "vocab.txt"):
-    if not (root / needed).exists():
-      raise CheckpointError(f"{path}: no {needed} (a Hugging Face BERT directory has config.json, "
-                            "model.safetensors, vocab.txt)")
-  cfg = json.loads((root / "config.json").read_text())
+  layout = "a Hugging Face BERT directory has config.json, model.safetensors, vocab.txt"
+  _need_vocab(root, layout)
+  cfg = read_json(root / "config.json", layout)
   if cfg.get("model_type", "bert") != "bert":
     raise CheckpointError(f"{path}/config.json: model_type {cfg.get('model_type')!r}, not 'bert'")
   if lower_case is None:
     tok_cfg = root / "tokenizer_config.json"
-    tok = json.loads(tok_cfg.read_text()) if tok_cfg.exists() else {}
+    tok = read_json(tok_cfg, layout, required=False)
     lower_case = bool(tok.get("do_lower_case", True))
     strip = tok.get("strip_accents")
     if strip is not None and strip != lower_case:
@@ -182,11 +190,9 @@ def read_tf(path: str, max_len: int = 64, pooler: bool = False,
   """Google's TensorFlow BERT directory. Its files do not say the casing: `lower_case`, else
   'uncased' in the directory's name (as Google names them: uncased_L-12_H-768_A-12)."""
   root = epath.Path(path)
-  for needed in ("bert_config.json", "vocab.txt"):
-    if not (root / needed).exists():
-      raise CheckpointError(f"{path}: no {needed} (a TensorFlow BERT directory has bert_config.json, "
-                            "bert_model.ckpt.*, vocab.txt)")
-  cfg = json.loads((root / "bert_config.json").read_text())
+  layout = "a TensorFlow BERT directory has bert_config.json, bert_model.ckpt.*, vocab.txt"
+  _need_vocab(root, layout)
+  cfg = read_json(root / "bert_config.json", layout)
   prefix = root / "bert_model.ckpt"
   reader = TfCheckpoint(str(prefix) if epath.Path(str(prefix) + ".index").exists() else path)
   if lower_case is None:

@@ -64,12 +64,26 @@ def mapper(reader, path: str):
   return tensor
 
 
+def read_json(path, layout: str, required: bool = True) -> dict:
+  """A checkpoint's JSON file as a dict ({} for an absent one that is not `required`); a missing
+  or malformed file is one line saying what the checkpoint's directory should hold (`layout`)."""
+  path = epath.Path(path)
+  if not path.exists():
+    if required:
+      raise CheckpointError(f"{path.parent}: no {path.name} ({layout})")
+    return {}
+  try:
+    value = json.loads(path.read_text())
+  except ValueError as e:
+    raise CheckpointError(f"{path}: not JSON ({e})") from None
+  if not isinstance(value, dict):
+    raise CheckpointError(f"{path}: not a JSON object")
+  return value
+
+
 def timm_config(path: str) -> dict:
   """A timm model directory's config.json (its `architecture`, `pretrained_cfg`)."""
-  config = epath.Path(path) / "config.json"
-  if not config.exists():
-    raise CheckpointError(f"{path}: no config.json (a timm model directory has config.json and model.safetensors)")
-  return json.loads(config.read_text())
+  return read_json(epath.Path(path) / "config.json", "a timm model directory has config.json and model.safetensors")
 
 
 class Safetensors:
@@ -116,6 +130,8 @@ class KerasH5:
     self._paths = {}
     for layer in root.attrs["layer_names"]:
       layer = layer.decode() if isinstance(layer, bytes) else layer
+      if layer not in root or "weight_names" not in root[layer].attrs:
+        raise CheckpointError(f"{path}: layer {layer!r} is listed but has no group with 'weight_names'")
       for weight in root[layer].attrs["weight_names"]:
         weight = weight.decode() if isinstance(weight, bytes) else weight
         self._paths[f"{layer}/{weight.rsplit('/', 1)[-1].removesuffix(':0')}"] = (layer, weight)
@@ -136,7 +152,10 @@ class TfCheckpoint:
     prefix = tf.train.latest_checkpoint(path) if os.path.isdir(path) else path
     if not prefix or not tf.io.gfile.exists(prefix + ".index"):
       raise CheckpointError(f"{path}: no TensorFlow checkpoint (no '<prefix>.index' there)")
-    self._reader = tf.train.load_checkpoint(prefix)
+    try:
+      self._reader = tf.train.load_checkpoint(prefix)
+    except tf.errors.OpError as e:
+      raise CheckpointError(f"{prefix}: unreadable TensorFlow checkpoint ({e.message.splitlines()[0]})") from None
     self.prefix = prefix
 
   def names(self):

@@ -20,6 +20,7 @@ import msgpack
 import numpy as np
 from etils import epath
 from flax import serialization
+from flax import traverse_util
 from flax.core import meta
 
 from mural import config_lib
@@ -64,17 +65,6 @@ def expected_shapes(config, kind: str) -> Tuple[Dict[str, tuple], int]:
     for name, leaf in saved_variables.flat(tree).items():
       out[f"{collection}/{TOWER_GROUP[kind]}/{name}"] = tuple(leaf.shape)
   return out, int(tower.output_dim)
-
-
-def _nest(flat: dict) -> dict:
-  tree = {}
-  for name, value in flat.items():
-    *parents, leaf = name.split("/")
-    node = tree
-    for key in parents:
-      node = node.setdefault(key, {})
-    node[leaf] = value
-  return tree
 
 
 def _stream(f, tree, packer, shapes, on_tensor) -> None:
@@ -150,7 +140,7 @@ def write(out_dir: str, towers: Sequence[Tower], log=print) -> dict:
   try:
     with disk_space.writing("the import", out_dir, partial=str(tmp)):
       with open(tmp / saved_variables.PARAMS, "wb") as f:
-        _stream(f, _nest(mapped), msgpack.Packer(), shapes, on_tensor)
+        _stream(f, traverse_util.unflatten_dict(mapped, sep="/"), msgpack.Packer(), shapes, on_tensor)
       text = next((t for t in towers if t.kind == "text"), None)
       if text is not None and text.vocab:
         shutil.copyfile(text.vocab, tmp / saved_variables.VOCAB)
