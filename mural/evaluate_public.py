@@ -19,6 +19,8 @@ import tempfile
 import time
 
 from mural import public_sets
+from mural.public_sets import parts as set_parts
+from mural.public_sets import report
 
 
 def _pairs(values, flag: str) -> dict:
@@ -64,9 +66,9 @@ def main(argv=None) -> int:
     parts = {name: public_sets.SETS[name].read(folder, images.get(name), log) for name, folder in sets.items()}
     with tempfile.TemporaryDirectory() as tmp:
       model, which = _model(args, tmp)
-      for name, set_parts in parts.items():
-        rows = public_sets.score(name, set_parts, model, log)
-        print(public_sets.table(name, rows), flush=True)
+      for name, read in parts.items():
+        rows = set_parts.score(name, read, model, log)
+        print(report.table(name, public_sets.SETS[name], rows), flush=True)
         if args.output:
           with open(args.output, "a", encoding="utf-8") as f:
             f.writelines(json.dumps(dict(row, model=which)) + "\n" for row in rows)

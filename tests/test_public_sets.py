@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 from mural import public_sets
+from mural.public_sets import mscoco
+from mural.public_sets import parts as set_parts
 from mural.data import xtd
 
 
@@ -64,13 +66,13 @@ def test_multi30k_reads_every_released_test_split_it_finds(tmp_path):
   (images / "a.jpg").write_bytes(b"x")
   (images / "b.jpg").write_bytes(b"x")
   parts = public_sets.SETS["multi30k"].read(str(root), str(images), lines.append)
-  retrieval = [p for p in parts if isinstance(p, public_sets.Retrieval)]
+  retrieval = [p for p in parts if isinstance(p, set_parts.Retrieval)]
   assert [(p.split, p.language) for p in retrieval] == [("test_2016_flickr", l) for l in ("en", "de", "fr", "cs")] + [
       ("test_2017_mscoco", l) for l in ("en", "de", "fr")]
   (images / "b.jpg").unlink()
   lines.clear()
   parts = public_sets.SETS["multi30k"].read(str(root), str(images), lines.append)
-  assert not any(isinstance(p, public_sets.Retrieval) for p in parts)
+  assert not any(isinstance(p, set_parts.Retrieval) for p in parts)
   assert any("image-text retrieval skipped" in line and "1 of its 2 image files are missing" in line
              for line in lines)
 
@@ -80,7 +82,7 @@ def test_scores_equal_a_float64_brute_force_with_ties():
   texts = rng.normal(size=(9, 4)).round(1)  # Coarse values: ties happen.
   images = np.concatenate([rng.normal(size=(5, 4)).round(1), texts[:1]])  # A tie at the top too.
   t2i = rng.integers(0, images.shape[0], texts.shape[0])
-  got = public_sets.retrieval_rows(texts, images, t2i)
+  got = set_parts.retrieval_rows(texts, images, t2i)
   sim = texts @ images.T
   t2i_rank = [sum(sim[i, j] >= sim[i, t2i[i]] for j in range(6) if j != t2i[i]) for i in range(9)]
   i2t_rank = []
@@ -93,7 +95,7 @@ def test_scores_equal_a_float64_brute_force_with_ties():
     assert got[f"image_retrieval_recall@{k}"] == pytest.approx(np.mean(np.array(t2i_rank) < k))
     assert got[f"text_retrieval_recall@{k}"] == pytest.approx(np.mean(np.array(i2t_rank) < k))
   left, right = rng.normal(size=(7, 3)), rng.normal(size=(7, 3))
-  got = public_sets.translation_rows(left, right)
+  got = set_parts.translation_rows(left, right)
   sim = left @ right.T
   assert got["translation_accuracy_l2r"] == pytest.approx(np.mean([np.argmax(sim[i]) == i for i in range(7)]))
   assert got["translation_accuracy_r2l"] == pytest.approx(np.mean([np.argmax(sim[:, i]) == i for i in range(7)]))
@@ -115,7 +117,7 @@ def test_mscoco_reads_karpathys_test_split_with_stair_and_scores_1k_as_the_mean_
   images.append({"filepath": "val2014", "filename": "COCO_val2014_000000000001.jpg", "split": "train",
                  "sentences": [{"raw": "not a test image"}]})
   (tmp_path / "dataset_coco.json").write_text(json.dumps({"images": images}))
-  (tmp_path / public_sets.STAIR_FILE).write_text(json.dumps(stair, ensure_ascii=False))
+  (tmp_path / mscoco.STAIR_FILE).write_text(json.dumps(stair, ensure_ascii=False))
   parts = public_sets.SETS["mscoco"].read(str(tmp_path), str(tmp_path / "coco"), print)
   by = {(p.split, p.language): p for p in parts}
   assert sorted(by) == sorted([(s, l) for s in ["5k"] + [f"1k/fold{k}" for k in range(5)] for l in ("en", "ja")])
@@ -126,7 +128,7 @@ def test_mscoco_reads_karpathys_test_split_with_stair_and_scores_1k_as_the_mean_
   assert by["1k/fold3", "ja"].captions == ["画像 6", "画像 7"]
   rows = [dict(dataset="mscoco", split=f"1k/fold{k}", language="en", task="t", metric="m", value=float(k))
           for k in range(5)]
-  assert public_sets.fold_means(rows) == [dict(dataset="mscoco", split="1k", language="en", task="t",
+  assert set_parts.fold_means(rows) == [dict(dataset="mscoco", split="1k", language="en", task="t",
                                                metric="m", value=2.0)]
   (coco / images[4]["filename"]).unlink()
   with pytest.raises(ValueError, match=r"1 of its 10 image files are missing"):
