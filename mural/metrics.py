@@ -109,6 +109,39 @@ def retrieval_metrics_from_embeddings(texts: np.ndarray, images: np.ndarray, tex
   return out
 
 
+def positive_ranks(queries: np.ndarray, candidates: np.ndarray, positives: np.ndarray,
+                   exclude_self: bool = False) -> np.ndarray:
+  """0-based rank of each query's best-scoring positive among the candidates, for retrieval where a
+  query has any number of right answers (Crisscrossed Captions): the non-positive candidates scoring
+  at least as high rank ahead of it. Computed over blocks of queries, so the [M, N] matrix is never
+  held. queries [M, D], candidates [N, D]; positives [P, 2] (query, candidate) index pairs.
+  exclude_self: queries and candidates are one set (text->text, image->image) and a query is not
+  its own candidate. Queries without a positive are left out (one entry per query with one, in
+  query order)."""
+  queries, candidates = np.asarray(queries, np.float64), np.asarray(candidates, np.float64)
+  positives = np.asarray(positives, np.int64).reshape(-1, 2)
+  if ((positives < 0).any() or (positives[:, 0] >= queries.shape[0]).any()
+      or (positives[:, 1] >= candidates.shape[0]).any()):
+    raise ValueError(f"positives must index {queries.shape[0]} queries and {candidates.shape[0]} candidates")
+  if exclude_self and queries.shape[0] != candidates.shape[0]:
+    raise ValueError("exclude_self needs the queries to be the candidates")
+  out = []
+  for rows in _blocks(queries.shape[0], candidates.shape[0]):
+    sim = queries[rows] @ candidates.T  # [block, N]
+    mine = positives[(positives[:, 0] >= rows.start) & (positives[:, 0] < rows.stop)]
+    relevant = np.zeros(sim.shape, bool)
+    relevant[mine[:, 0] - rows.start, mine[:, 1]] = True
+    if exclude_self:
+      local = np.arange(rows.start, rows.stop)
+      relevant[local - rows.start, local] = False  # A query is never its own answer either.
+    best = np.where(relevant, sim, -np.inf).max(axis=1, initial=-np.inf)
+    ahead = (sim >= best[:, None]) & ~relevant
+    if exclude_self:
+      ahead[local - rows.start, local] = False
+    out.append(ahead.sum(axis=1)[relevant.any(axis=1)])
+  return np.concatenate(out or [np.zeros(0, np.int64)])
+
+
 def translation_accuracy(sim: np.ndarray) -> Dict[str, float]:
   """Translation retrieval: row i's translation is column i; percent found at rank 1.
 

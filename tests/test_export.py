@@ -602,3 +602,22 @@ def test_public_sets_score_an_export_as_their_releases_lay_them_out(trained, tmp
   assert not any(r["dataset"] == "multi30k" and r["task"] == "zeroshot_retrieval" for r in rows)
   assert "image-text retrieval skipped: " in printed and f"{n - n // 2} of its {n} image files are missing" in printed
   assert "MURAL-BASE (paper)" in printed and "xtd10 test" in printed and "multi30k test_2016_flickr" in printed
+  # The built-in zero-shot set on the export: its rendered PNG bytes embed as files do, and every
+  # figure is CLIP's recipe over the export's own embeddings (float64, ties against the model).
+  from mural.public_sets import builtin, parts as set_parts, report  # pylint: disable=g-import-not-at-top
+  read = builtin.read("en,de", None, print)
+  rows = set_parts.score("builtin", read, model, print)
+  part = next(p for p in read if (p.split, p.language) == ("colour", "de"))
+  images = model.embed_images(part.images).astype(np.float64)
+  vectors = []
+  for prompts in part.prompts:
+    t = model.embed_texts(prompts, ["de"] * len(prompts)).astype(np.float64)
+    mean = (t / np.linalg.norm(t, axis=1, keepdims=True)).mean(0)
+    vectors.append(mean / np.linalg.norm(mean))
+  sim = (images / np.linalg.norm(images, axis=1, keepdims=True)) @ np.array(vectors).T
+  rank = np.array([sum(sim[i, j] >= sim[i, c] for j in range(len(vectors)) if j != c) for i, c in enumerate(part.labels)])
+  got = {r["metric"]: r["value"] for r in rows if (r["split"], r["language"]) == ("colour", "de")}
+  assert got == pytest.approx({"acc1": np.mean(rank == 0), "acc5": np.mean(rank < 5), "mean_per_class_recall": np.mean(
+      [np.mean(rank[part.labels == c] == 0) for c in range(len(vectors))])}, abs=1e-9)
+  assert {(r["split"], r["language"]) for r in rows} == {(s, l) for s in ("shape", "colour") for l in ("en", "de")}
+  assert "builtin shape" in report.table("builtin", builtin.SET, rows)

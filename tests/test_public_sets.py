@@ -133,3 +133,64 @@ def test_mscoco_reads_karpathys_test_split_with_stair_and_scores_1k_as_the_mean_
   (coco / images[4]["filename"]).unlink()
   with pytest.raises(ValueError, match=r"1 of its 10 image files are missing"):
     public_sets.SETS["mscoco"].read(str(tmp_path), str(tmp_path / "coco"), print)
+
+
+def _coco_cn_release(root, coco):
+  """Karpathy's split file with 5 test images (val2014) and COCO-CN's release unpacked beside it:
+  its test split of 3 images (train2014 and val2014), sentences keyed <id>#<k>, out of order."""
+  import json  # pylint: disable=g-import-not-at-top
+  images = []
+  for i in range(5):
+    name = f"COCO_val2014_{2000 + i:012d}.jpg"
+    (coco / "val2014").mkdir(parents=True, exist_ok=True)
+    (coco / "val2014" / name).write_bytes(b"x")
+    images.append({"filepath": "val2014", "filename": name, "split": "test", "sentences": [{"raw": f"image {i}"}]})
+  (root / "dataset_coco.json").write_text(json.dumps({"images": images}))
+  release = root / "coco-cn-version1805v1.1"
+  release.mkdir()
+  ids = ["COCO_train2014_000000000009", "COCO_val2014_000000000007", "COCO_train2014_000000000008"]
+  (release / "coco-cn_test.txt").write_text("".join(f"{i}\n" for i in ids))
+  (release / "coco-cn_train.txt").write_text("COCO_train2014_000000000001\n")
+  (release / "imageid.human-written-caption.txt").write_text(
+      "COCO_train2014_000000000001#0\t训练图片\n"
+      f"{ids[0]}#1\t第二句\n{ids[0]}#0\t第一句\n{ids[1]}#0\t一只猫\n{ids[2]}#0\t两只狗\n", encoding="utf-8")
+  (coco / "train2014").mkdir()
+  for i in ids:
+    (coco / i.split("_")[1] / f"{i}.jpg").write_bytes(b"x")
+  return release, ids
+
+
+def test_mscoco_scores_chinese_on_coco_cns_own_test_split_when_its_release_is_beside(tmp_path):
+  from mural.public_sets import report  # pylint: disable=g-import-not-at-top
+  coco = tmp_path / "coco"
+  lines = []
+  release, ids = _coco_cn_release(tmp_path, coco)
+  parts = public_sets.SETS["mscoco"].read(str(tmp_path), str(coco), lines.append)
+  zh = [p for p in parts if p.language == "zh"]
+  assert [p.split for p in zh] == ["coco-cn_test"]
+  assert zh[0].images == [str(coco / i.split("_")[1] / f"{i}.jpg") for i in ids]
+  assert zh[0].captions == ["第一句", "第二句", "一只猫", "两只狗"]  # Each image's sentences by <k>.
+  np.testing.assert_array_equal(zh[0].text_to_image, [0, 0, 1, 2])
+  rows = [dict(dataset="mscoco", split="coco-cn_test", language="zh", task="zeroshot_retrieval",
+               metric="mean_recall", value=0.5)]
+  assert "(paper)" not in report.table("mscoco", public_sets.SETS["mscoco"], rows)  # MURAL has no COCO-CN figure.
+  captions = release / "imageid.human-written-caption.txt"
+  text = captions.read_text(encoding="utf-8")
+  captions.write_text(text.replace(f"{ids[1]}#0\t一只猫\n", ""), encoding="utf-8")
+  with pytest.raises(ValueError, match=rf"human-written-caption.txt has no sentence for 1 of the 3 images of "
+                                       rf".*coco-cn_test.txt, e\.g\. {ids[1]}"):
+    public_sets.SETS["mscoco"].read(str(tmp_path), str(coco), lines.append)
+  captions.write_text(text.replace("#0\t一只猫", " 一只猫"), encoding="utf-8")
+  with pytest.raises(ValueError, match=r"human-written-caption.txt line 4 is not '<image id>#<k>\\t<sentence>'"):
+    public_sets.SETS["mscoco"].read(str(tmp_path), str(coco), lines.append)
+  captions.write_text(text, encoding="utf-8")
+  (coco / "train2014" / f"{ids[2]}.jpg").unlink()
+  with pytest.raises(ValueError, match=r"COCO-CN .*split 'test': 1 of its 3 image files are missing"):
+    public_sets.SETS["mscoco"].read(str(tmp_path), str(coco), lines.append)
+  captions.unlink()
+  with pytest.raises(ValueError, match=r"COCO-CN: .*imageid.human-written-caption.txt does not exist"):
+    public_sets.SETS["mscoco"].read(str(tmp_path), str(coco), lines.append)
+  (release / "coco-cn_test.txt").unlink()
+  parts = public_sets.SETS["mscoco"].read(str(tmp_path), str(coco), lines.append)
+  assert not any(p.language == "zh" for p in parts)
+  assert any("no coco-cn_test.txt in" in line and "no Chinese (COCO-CN)" in line for line in lines)

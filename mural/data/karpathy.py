@@ -42,6 +42,12 @@ def _images(split_file: str) -> tuple:
   return tuple(data["images"])
 
 
+def split_images(split_file: str) -> tuple:
+  """Every image record of a split file, as it is (filepath, filename, split, sentences with their
+  sentid), read once: sets that name captions by sentid (Crisscrossed Captions) index into it."""
+  return _images(split_file)
+
+
 def split_file_path(split_file: Optional[str] = None) -> str:
   """split_file, else $MURAL_KARPATHY_SPLIT_FILE; ValueError naming what was tried."""
   if split_file:

@@ -1,5 +1,7 @@
 """Karpathy's MSCOCO test split: 5k images and 1k (the mean over 5 folds), English, and Japanese from
-STAIR Captions where its file is beside the split file (MURAL Table 2)."""
+STAIR Captions where its file is beside the split file (MURAL Table 2); and Chinese on COCO-CN's own
+test split where COCO-CN's release is beside it (no MURAL figure: its Table 2 cites UC2's, on
+another split of COCO-CN)."""
 
 import json
 import os
@@ -7,10 +9,12 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from mural.data import coco_cn
 from mural.data import karpathy
 from mural.public_sets.parts import PublicSet, Retrieval
 
 
+COCO_CN_SPLIT = "coco-cn_test"  # COCO-CN's 1000 test images (COCO 2014 train and val), not Karpathy's.
 FOLDS = 5  # MSCOCO 1k: the first 5000 test images in 5 folds of 1000, the mean reported.
 STAIR_FILE = "stair_captions_v1.2_val.json"  # STAIR Captions' release: Japanese captions of val2014.
 
@@ -35,10 +39,13 @@ def _coco_id(path: str) -> int:
 
 
 def read(folder: str, images: Optional[str], log) -> list:
-  """Karpathy's test split (dataset_coco.json in `folder`): 5k and 1k (5 folds), English; and
-  Japanese where STAIR's file is beside it (its captions of the same images)."""
+  """Karpathy's test split (dataset_coco.json in `folder`): 5k and 1k (5 folds), English;
+  Japanese where STAIR's file is beside it (its captions of the same images); Chinese on COCO-CN's
+  test split where its release is beside it (split 'coco-cn_test': other images, from train2014/
+  and val2014/)."""
   if not images:
-    raise ValueError("mscoco: needs the COCO 2014 images folder (--images=mscoco:DIR, holding val2014/)")
+    raise ValueError("mscoco: needs the COCO 2014 images folder (--images=mscoco:DIR, holding val2014/, "
+                     "and train2014/ for COCO-CN)")
   data = karpathy.eval_data("test", os.path.join(folder, "dataset_coco.json"), images)  # Refuses a missing image.
   order = data.images
   per_language = {"en": list(zip(data.captions["en"], data.caption_image["en"]))}
@@ -60,6 +67,12 @@ def read(folder: str, images: Optional[str], log) -> list:
       inside = (index >= fold * size) & (index < (fold + 1) * size)
       parts.append(Retrieval(f"1k/fold{fold}", lang, order[fold * size:(fold + 1) * size],
                              [t for t, keep in zip(texts, inside) if keep], index[inside] - fold * size))
+  if coco_cn.find(folder):
+    chinese = coco_cn.eval_data(folder, images, "test")  # Refuses a missing file, sentence or image.
+    parts.append(Retrieval(COCO_CN_SPLIT, "zh", chinese.images, chinese.captions["zh"], chinese.caption_image["zh"]))
+  else:
+    log(f"mscoco: no {coco_cn.SPLIT_FILE.format(split='test')} in {folder} (nor its {coco_cn.RELEASE}/): "
+        "no Chinese (COCO-CN)")
   return parts
 
 
