@@ -203,14 +203,20 @@ def test_tf_reference_and_timm_efficientnets_compute_what_keras_computes(tmp_pat
   write_timm_efficientnet(model, tmp_path / "timm", "b0")
   pixels = np.random.default_rng(0).uniform(0, 255, (2, 64, 64, 3)).astype(np.float32)
   reference = np.asarray(model(pixels, training=False), np.float64)
-  imports = {}
+  imports, towers = {}, {}
   for spec in (f"keras_efficientnet:{tmp_path / 'b0.h5'}", f"tf_efficientnet:{tmp_path / 'reference'}",
                f"timm_efficientnet:{tmp_path / 'timm'}"):
     fmt = spec.split(":")[0]
     config, variables = _import(tmp_path / fmt, image=spec)
-    assert _relative(_image_features(config, variables, pixels), reference) < 1e-4, fmt
-    imports[fmt] = saved_variables.flat(variables)
+    if fmt == "tf_efficientnet":  # The other two hold the same tower and variables (below): the same function.
+      assert _relative(_image_features(config, variables, pixels), reference) < 1e-4, fmt
+    imports[fmt], towers[fmt] = saved_variables.flat(variables), config.model.image.to_dict()
   for fmt in ("tf_efficientnet", "timm_efficientnet"):
+    normalization = ("pixel_mean", "pixel_std")  # Keras' file holds them in float32.
+    assert {k: v for k, v in towers[fmt].items() if k not in normalization} == {
+        k: v for k, v in towers["keras_efficientnet"].items() if k not in normalization}, fmt
+    for key in normalization:
+      np.testing.assert_allclose(towers[fmt][key], towers["keras_efficientnet"][key], rtol=1e-6, err_msg=fmt)
     assert imports[fmt].keys() == imports["keras_efficientnet"].keys()
     for name, value in imports["keras_efficientnet"].items():
       np.testing.assert_array_equal(imports[fmt][name], value, err_msg=f"{fmt}: {name}")
