@@ -1,6 +1,6 @@
 """Checkpoints in public layouts with random weights, for the importer tests: a Hugging Face
 BERT directory (the tensor names and config keys of transformers' BertForPreTraining), Google's
-TensorFlow BERT checkpoint of the same weights (written by TensorFlow's Saver), and
+TensorFlow BERT checkpoint of the same weights (written by TensorFlow's checkpoint op, SaveV2), and
 keras.applications models with random weights and batch statistics in Keras' HDF5 layout
 (written by Keras)."""
 
