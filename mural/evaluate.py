@@ -110,7 +110,7 @@ class Translation:
 
     for s in self.sets:
       left, right = texts(s.left_ids, s.left_mask), texts(s.right_ids, s.right_mask)
-      scores = metrics.translation_accuracy(left @ right.T)
+      scores = metrics.translation_accuracy_from_embeddings(left, right)
       results.update({f"{s.name}/{k}": float(v) for k, v in scores.items()})
     return results
 

@@ -116,6 +116,23 @@ def test_blockwise_recalls_equal_the_full_matrix(monkeypatch, block_elements):
     metrics.retrieval_metrics_from_embeddings(texts, images[:3], text_to_image)
 
 
+@pytest.mark.parametrize("block_elements", [1, 5, 1 << 26])
+def test_blockwise_translation_accuracy_equals_the_full_matrix(monkeypatch, block_elements):
+  """The same first places and ties from blocks of rows as from left @ right.T, both ways; a
+  duplicated sentence ties exactly."""
+  monkeypatch.setattr(metrics, "BLOCK_ELEMENTS", block_elements)
+  rng = np.random.default_rng(1)
+  left = rng.normal(size=(13, 5))
+  right = left + 0.9 * rng.normal(size=(13, 5))
+  right[4] = right[2]  # Tied candidates both ways.
+  left[7] = left[8]
+  want = metrics.translation_accuracy(left @ right.T)
+  assert metrics.translation_accuracy_from_embeddings(left, right) == want
+  assert 0 < want["l2r_acc"] < 100 and 0 < want["r2l_acc"] < 100
+  with pytest.raises(ValueError, match="aligned"):
+    metrics.translation_accuracy_from_embeddings(left, right[:3])
+
+
 def test_translation_evaluator_embeds_a_shared_language_once():
   """Sets that share a language's arrays (Multi30k's pairs) get the same scores as separate copies,
   for one embedding call per array (the embedder here: each row's ids, as unit vectors)."""

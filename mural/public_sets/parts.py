@@ -53,7 +53,7 @@ def retrieval_rows(texts: np.ndarray, images: np.ndarray, text_to_image: np.ndar
 
 def translation_rows(left: np.ndarray, right: np.ndarray) -> Dict[str, float]:
   """Translation retrieval among the split's sentences (fractions), both ways and their mean."""
-  m = metrics.translation_accuracy(np.asarray(left, np.float64) @ np.asarray(right, np.float64).T)
+  m = metrics.translation_accuracy_from_embeddings(left, right)
   return {"translation_accuracy_l2r": m["l2r_acc"] / 100, "translation_accuracy_r2l": m["r2l_acc"] / 100,
           "translation_accuracy": m["acc"] / 100}
 
