@@ -25,32 +25,18 @@ import pathlib
 import shutil
 import subprocess
 import sys
-import time
 
 import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+import process_cost  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 MBERT = dict(vocab_size=119_547, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
              intermediate_size=3072, max_position_embeddings=512)
 BERT_LARGE = dict(vocab_size=30_522, hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
                   intermediate_size=4096, max_position_embeddings=512)
-
-
-def _run(name, argv, cwd) -> dict:
-  """Runs argv; {wall s, peak RSS MiB} of that process alone."""
-  start = time.time()
-  process = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-  output = process.stdout.read()
-  _, status, usage = os.wait4(process.pid, 0)
-  wall = time.time() - start
-  if status:
-    print(output[-4000:])
-    raise SystemExit(f"{name}: {' '.join(argv)} failed")
-  print(f"{name}: {wall:.1f} s, peak RSS {usage.ru_maxrss / 1024:.0f} MiB")
-  return {"wall s": round(wall, 1), "peak RSS MiB": round(usage.ru_maxrss / 1024)}
 
 
 def _child(code: str, *args) -> None:
@@ -128,14 +114,14 @@ def main():
   folder = _user_folder(work)
   imported, run = work / "imported", work / "run"
   figures = {"mBERT checkpoint MB": round(mbert_bytes / 1e6), "BERT-Large checkpoint MB": round(large_bytes / 1e6)}
-  step = _run("import", [python, "-m", "mural.import_weights", f"--text=hf_bert:{work / 'mbert'}",
+  step = process_cost.run("import", [python, "-m", "mural.import_weights", f"--text=hf_bert:{work / 'mbert'}",
                          f"--image=keras_efficientnet:{work / 'b0.h5'}", f"--out={imported}"], ROOT)
   figures.update({"import mBERT+B0 s": step["wall s"], "import mBERT+B0 peak RSS MiB": step["peak RSS MiB"]})
-  step = _run("import large", [python, "-m", "mural.import_weights", f"--text=hf_bert:{work / 'bert_large'}",
+  step = process_cost.run("import large", [python, "-m", "mural.import_weights", f"--text=hf_bert:{work / 'bert_large'}",
                                f"--out={work / 'imported_large'}"], ROOT)
   figures.update({"import BERT-Large s": step["wall s"], "import BERT-Large peak RSS MiB": step["peak RSS MiB"],
                   "import BERT-Large peak / checkpoint": round(step["peak RSS MiB"] * 2**20 / large_bytes, 2)})
-  step = _run("import L2", [python, "-m", "mural.import_weights", f"--image=tf_efficientnet:{work / 'l2'}",
+  step = process_cost.run("import L2", [python, "-m", "mural.import_weights", f"--image=tf_efficientnet:{work / 'l2'}",
                             f"--out={work / 'imported_l2'}"], ROOT)
   figures.update({"L2 checkpoint MB": round(l2_bytes / 1e6), "import L2 s": step["wall s"],
                   "import L2 peak RSS MiB": step["peak RSS MiB"],
@@ -145,12 +131,12 @@ def main():
            "--config.tasks.t2t.batch_size=8", f"--config.total_steps={args.steps}", "--config.optim.warmup_steps=2",
            "--config.log_every_steps=1", f"--config.eval_every_steps={args.steps}", "--config.data.shuffle_buffer=128"]
   shutil.rmtree(run, ignore_errors=True)
-  step = _run("train", [python, "-m", "mural.main", config, f"--workdir={run}", *sizes], ROOT)
+  step = process_cost.run("train", [python, "-m", "mural.main", config, f"--workdir={run}", *sizes], ROOT)
   lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
   steady = [line["step_time_sec"] for line in lines if "step_time_sec" in line][-1]
   figures.update({f"train {args.steps} steps s": step["wall s"], "train peak RSS MiB": step["peak RSS MiB"],
                   "LiT step s (batch 8+8, 128 px)": round(steady, 2)})
-  step = _run("export", [python, "-m", "mural.main", f"--workdir={run}", "--mode=export"], ROOT)
+  step = process_cost.run("export", [python, "-m", "mural.main", f"--workdir={run}", "--mode=export"], ROOT)
   figures.update({"export s": step["wall s"], "export peak RSS MiB": step["peak RSS MiB"]})
   print(json.dumps(figures, indent=1))
   if args.record:

@@ -23,12 +23,12 @@ import gzip
 import json
 import os
 import pathlib
-import subprocess
 import sys
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+import process_cost  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 DIM = 640  # MURAL-BASE's embedding width (EfficientNet-B7's pooled features are 640 wide).
 
@@ -117,19 +117,10 @@ def _release(folder: pathlib.Path, n: int) -> pathlib.Path:
 
 
 def _run(name: str, argv) -> dict:
-  """Runs argv; {wall s, peak RSS MiB, its last JSON line} of that process alone."""
-  start = time.time()
-  process = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-  output = process.stdout.read()
-  _, status, usage = os.wait4(process.pid, 0)
-  wall = time.time() - start
-  if status:
-    print(output[-4000:])
-    raise SystemExit(f"{name}: {' '.join(argv)} failed")
-  last = [line for line in output.splitlines() if line.startswith("{")]
-  print(f"{name}: {wall:.1f} s, peak RSS {usage.ru_maxrss / 1024:.0f} MiB {last[-1] if last else ''}", flush=True)
-  return {"wall s": round(wall, 1), "peak RSS MiB": round(usage.ru_maxrss / 1024),
-          **(json.loads(last[-1]) if last else {})}
+  """process_cost.run in the repository, with the child's last JSON line's figures."""
+  step = process_cost.run(name, argv, ROOT)
+  last = [line for line in step.pop("output").splitlines() if line.startswith("{")]
+  return {**step, **(json.loads(last[-1]) if last else {})}
 
 
 def main():
