@@ -310,13 +310,18 @@ def write_saved_model(model, variables, heads, config, tokenizer, path: str,
   # Lowered as it is saved. ragged_dot (the per-language FCs of MULE and SMALR) as plain dots for
   # every platform: its GPU instruction reaches TensorFlow as a StableHLO composite that
   # TensorFlow 2.21 cannot read back.
+  # TensorFlow's writer mutes absl around each object it walks and then sets absl's logger to the
+  # verbosity it read (WARNING), not back to unset: the process's INFO lines would stop after an
+  # export. Its level is put back as it was.
   before = jax.config.jax_ragged_dot_use_ragged_dot_instruction
+  absl_level = logging.get_absl_logger().level
   jax.config.update("jax_ragged_dot_use_ragged_dot_instruction", False)
   try:
     tf.saved_model.save(module, path, signatures={
         "embed_text": embed_text, "embed_image": embed_image, "embed_image_pixels": embed_image_pixels})
   finally:
     jax.config.update("jax_ragged_dot_use_ragged_dot_instruction", before)
+    logging.get_absl_logger().setLevel(absl_level)
 
 
 # ---------------------------------------------------------------------------

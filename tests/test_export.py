@@ -8,6 +8,7 @@ trained model's loss on that batch.
 """
 
 import json
+import logging
 import os
 import pathlib
 import re
@@ -51,7 +52,10 @@ def trained(tiny_vocab, tmp_path_factory):
   workdir = tmp_path_factory.mktemp("trained")
   config = tiny_config(tiny_vocab, **OVERRIDES)
   result = train.train_and_evaluate(config, str(workdir))
+  absl_level = logging.getLogger("absl").level
   export_dir = export.export(config, str(workdir))
+  # TensorFlow's SavedModel writer sets absl's logger to WARNING; the export puts it back.
+  assert logging.getLogger("absl").level == absl_level
   setup = result["setup"]
   heads = setup.system.retrieval_heads(config, setup.tasks)
   embedder = setup.embedder(config.eval_batch_size)
