@@ -172,7 +172,8 @@ def write(tsv: Sequence[str], out: str, languages: Sequence[str] = LANGUAGES, si
   processes = processes or min(len(jobs), os.cpu_count() or 1)
   merged = {lang: _Lowest(keep) for lang in languages}
   if processes > 1:
-    with multiprocessing.Pool(processes) as pool:
+    # Spawned, not forked: a fork of a process that runs JAX's or TensorFlow's threads can deadlock.
+    with multiprocessing.get_context("spawn").Pool(processes) as pool:
       results = list(pool.imap_unordered(_read_one, jobs))
   else:
     results = [_read_one(job, log) for job in jobs]
