@@ -161,12 +161,13 @@ def export(config, workdir: str, export_dir: Optional[str] = None, step: Optiona
   from mural import models  # pylint: disable=g-import-not-at-top
   from mural import systems  # pylint: disable=g-import-not-at-top
   from mural.data import vocab  # pylint: disable=g-import-not-at-top
+  untrained = config.init_from and step in (None, 0) and not checkpointing.directory(workdir).exists()
+  if not untrained:  # Read before the model is traced: a missing checkpoint is a quick error.
+    step, variables = checkpointing.read_params(workdir, step)
   model, heads, tasks = model_and_heads(config)
   abstract = abstract_variables(model, tasks, config)
-  if config.init_from and step in (None, 0) and not checkpointing.directory(workdir).exists():
+  if untrained:
     step, variables = 0, untrained_variables(config, model, tasks, abstract, workdir)
-  else:
-    step, variables = checkpointing.read_params(workdir, step)
   variables = {"params": variables["params"], "batch_stats": variables.get("batch_stats", {})}
   if "image_tower" not in abstract["params"]:  # Text-only pre-training: nothing embeds an image.
     raise config_lib.ConfigError(
