@@ -38,11 +38,6 @@ RECALL_COLUMNS = ("i2t_R@1", "i2t_R@5", "i2t_R@10", "t2i_R@1", "t2i_R@5", "t2i_R
 TRANSLATION_COLUMNS = ("l2r_acc", "r2l_acc", "acc")
 
 
-def normalize(x: np.ndarray) -> np.ndarray:
-  x = np.asarray(x, np.float64)
-  return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
-
-
 class Embedder:
   """L2-normalised float64 embeddings of images / texts through a named head."""
 
@@ -65,7 +60,7 @@ class Embedder:
         chunk = [np.concatenate([c, np.zeros((bs - real,) + c.shape[1:], c.dtype)]) for c in chunk]
       inputs = [sharding.from_full(c, self.data_sharding) for c in chunk]
       outs.append(sharding.to_host(fn(variables, *inputs, head or None))[:real])
-    return normalize(np.concatenate(outs)) if outs else np.zeros((0, 0))
+    return metrics.unit_rows(np.concatenate(outs)) if outs else np.zeros((0, 0))
 
   def images(self, variables, images: np.ndarray, head: Optional[str]) -> np.ndarray:
     return self._embed(self._images, variables, [images], head)

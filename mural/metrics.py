@@ -12,6 +12,12 @@ import numpy as np
 RECALL_KS = (1, 5, 10)
 
 
+def unit_rows(x: np.ndarray) -> np.ndarray:
+  """Rows over their L2 norms, in float64 (a zero row stays zero): cosine scores as dot products."""
+  x = np.asarray(x, np.float64)
+  return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+
+
 def _recall_at(ranks: np.ndarray, ks: Sequence[int]) -> Dict[int, float]:
   """Percent of queries whose 0-based rank of the first right answer is < k."""
   return {k: 100.0 * float(np.mean(ranks < k)) for k in ks}

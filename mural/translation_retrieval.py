@@ -19,6 +19,7 @@ from typing import Any, Dict, Optional, Sequence
 import numpy as np
 
 from mural import lazy_import
+from mural import metrics
 
 # TensorFlow and the built-in data's modules: loaded for the word-translation evaluation only.
 tf = lazy_import.module("tensorflow")
@@ -75,11 +76,6 @@ class MultiwayTranslation:
 # ---- Word translation ------------------------------------------------------------------
 
 
-def _unit(x):
-  x = np.asarray(x, np.float64)
-  return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
-
-
 def procrustes(x: np.ndarray, y: np.ndarray) -> np.ndarray:
   """The orthogonal W minimising ||x W - y||_F for paired rows: U V^T of svd(x^T y)."""
   u, _, vt = np.linalg.svd(np.asarray(x, np.float64).T @ np.asarray(y, np.float64))
@@ -89,7 +85,7 @@ def procrustes(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 def csls(x: np.ndarray, y: np.ndarray, k: int = 5) -> np.ndarray:
   """[n, m] CSLS scores 2 cos(x_i, y_j) - r_y(x_i) - r_x(y_j), r the mean cosine of the k nearest
   rows of the other set (Conneau et al. 2018): it discounts hubs."""
-  cos = _unit(x) @ _unit(y).T
+  cos = metrics.unit_rows(x) @ metrics.unit_rows(y).T
   kx, ky = min(k, cos.shape[1]), min(k, cos.shape[0])
   r_x = np.mean(-np.sort(-cos, axis=1)[:, :kx], axis=1)  # Of each x_i, over y.
   r_y = np.mean(-np.sort(-cos, axis=0)[:ky, :], axis=0)  # Of each y_j, over x.
@@ -107,7 +103,7 @@ def mutual_nearest_neighbours(x: np.ndarray, y: np.ndarray, k: int = 5) -> np.nd
 def align_words(x: np.ndarray, y: np.ndarray, k: int = 5, iterations: int = 5) -> np.ndarray:
   """W mapping x's rows onto y's space: anchors from mutual nearest neighbours (CSLS, k), Procrustes
   on them, repeated with the anchors of the mapped rows."""
-  x, y = _unit(x), _unit(y)
+  x, y = metrics.unit_rows(x), metrics.unit_rows(y)
   w = np.eye(x.shape[1])
   for _ in range(iterations):
     pairs = mutual_nearest_neighbours(x @ w, y, k)
@@ -121,7 +117,7 @@ def word_translation_accuracy(x: np.ndarray, y: np.ndarray, gold: Sequence[tuple
                               iterations: int = 5) -> float:
   """Percent of gold (i, j) pairs whose x_i, mapped by align_words, has y_j as its CSLS best match."""
   w = align_words(x, y, k, iterations)
-  best = np.argmax(csls(_unit(x) @ w, y, k), axis=1)
+  best = np.argmax(csls(metrics.unit_rows(x) @ w, y, k), axis=1)
   return 100.0 * float(np.mean([best[i] == j for i, j in gold]))
 
 

@@ -25,16 +25,11 @@ def fill(templates: Sequence[str], classes: Sequence[str]) -> List[List[str]]:
   return [[PLACEHOLDER.sub(lambda _: name, t) for t in templates] for name in classes]
 
 
-def _unit(x: np.ndarray) -> np.ndarray:
-  """Rows over their L2 norms (torch's F.normalize: a zero row stays zero)."""
-  return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
-
-
 def class_ranks(images: np.ndarray, classes: np.ndarray, labels: np.ndarray) -> np.ndarray:
   """0-based rank of each image's class among all classes by cosine, ties against the model
   (mural.metrics: a class scoring equal to the right one ranks ahead of it), in blocks of images
   so ImageNet's 50k x 1000 scores are never held at once."""
-  images, classes = _unit(np.asarray(images, np.float64)), _unit(np.asarray(classes, np.float64))
+  images, classes = metrics.unit_rows(images), metrics.unit_rows(classes)
   step = max(1, metrics.BLOCK_ELEMENTS // max(classes.shape[0], 1))
   return np.concatenate([metrics.text_to_image_ranks(images[i:i + step] @ classes.T, labels[i:i + step])
                          for i in range(0, images.shape[0], step)] or [np.zeros(0, np.int64)])
@@ -66,9 +61,9 @@ class Classification(NamedTuple):
 
   def class_vectors(self, embed: Embedder) -> np.ndarray:
     """[C, D] float64: CLIP's ensemble of each class's prompts (one embedding call for them all)."""
-    texts = _unit(np.asarray(embed.texts([p for ps in self.prompts for p in ps], self.language), np.float64))
+    texts = metrics.unit_rows(embed.texts([p for ps in self.prompts for p in ps], self.language))
     ends = np.cumsum([len(ps) for ps in self.prompts])
-    return _unit(np.stack([texts[end - len(ps):end].mean(0) for ps, end in zip(self.prompts, ends)]))
+    return metrics.unit_rows(np.stack([texts[end - len(ps):end].mean(0) for ps, end in zip(self.prompts, ends)]))
 
   def evaluate(self, embed: Embedder):
     values = classification_rows(embed.images(self.images), self.class_vectors(embed), self.labels)
