@@ -94,14 +94,16 @@ def abstract_variables(model, tasks, config) -> Dict[str, Any]:
 
 def untrained_variables(config, model, tasks, abstract, workdir: str) -> Dict[str, Any]:
   """A run's variables before its first step, of a workdir that has trained none: initialised
-  from config.seed, then config.init_from's warm start (an import exports as it starts). Copies
-  the source's vocabulary into the workdir, as a run would."""
+  as the trainer initialises them from config.seed (the same key and compiler options), then
+  config.init_from's warm start (an import exports as it starts). Copies the source's
+  vocabulary into the workdir, as a run would."""
   import flax.linen as nn  # pylint: disable=g-import-not-at-top
   from mural import system as system_lib  # pylint: disable=g-import-not-at-top
   from mural import warm_start  # pylint: disable=g-import-not-at-top
   from mural.data import vocab  # pylint: disable=g-import-not-at-top
-  initial = jax.jit(lambda rng: nn.unbox(system_lib.init_variables(model, tasks, config, rng)))(
-      jax.random.PRNGKey(config.seed))
+  initial = jax.jit(lambda rng: nn.unbox(system_lib.init_variables(model, tasks, config, rng)),
+                    compiler_options=system_lib.init_compiler_options())(
+                        system_lib.init_rngs(jax.random.PRNGKey(config.seed))[0])
   variables = {"params": initial["params"], "batch_stats": initial.get("batch_stats", {})}
   epath.Path(workdir).mkdir(parents=True, exist_ok=True)
   vocab.learn(config, tasks, workdir)

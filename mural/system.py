@@ -142,6 +142,21 @@ def init_variables(model, tasks: Sequence[Task], config, rng):
   return model.init({"params": rng, "dropout": rng}, batch, method=_forward_all(tasks, train=False))
 
 
+def init_rngs(rng) -> Tuple[jax.Array, jax.Array]:
+  """(the key the variables are initialised from, the train state's own key) of a run seeded
+  with `rng`: one rule, so that an export before any step holds the variables a run starts from."""
+  variables_rng, state_rng = jax.random.split(rng)
+  return variables_rng, state_rng
+
+
+def init_compiler_options() -> Optional[Dict[str, Any]]:
+  """XLA options for a program that initialises variables: on the CPU its LLVM code is compiled
+  unoptimised. Such a program runs once, and optimising its hundreds of inlined random-number
+  kernels costs more than it saves (the demo on an AVX2 EPYC: compile 18 s -> 6 s). Values may
+  differ from an optimised program's in the last bit, so every initialisation uses these."""
+  return {"xla_backend_optimization_level": 0} if jax.default_backend() == "cpu" else None
+
+
 def _forward_all(tasks: Sequence[Task], train: bool):
   """One model method running every task's forward, in task order (one dropout stream)."""
   def forward(module, batch):

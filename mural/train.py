@@ -127,15 +127,10 @@ class Setup:
   embedders: Dict[int, Any] = dataclasses.field(default_factory=dict)  # embedder's, by batch size.
 
   def init_state(self, rng) -> TrainState:
-    """init(rng), jitted into the state's shardings.
-
-    On the CPU its LLVM code is compiled unoptimised: the program runs once, and optimising its
-    hundreds of inlined random-number kernels costs more than it saves (demo, AVX2 EPYC:
-    compile 18 s -> 6 s). Values may differ from an optimised program's in the last bit."""
+    """init(rng), jitted into the state's shardings (system.init_compiler_options says how)."""
     if self.jitted_init is None:
-      cpu = jax.default_backend() == "cpu"
       self.jitted_init = jax.jit(self.init, out_shardings=self.state_shardings,
-                                 compiler_options={"xla_backend_optimization_level": 0} if cpu else None)
+                                 compiler_options=system_lib.init_compiler_options())
     return self.jitted_init(rng)
 
   def release_init_program(self) -> None:
@@ -183,7 +178,7 @@ def build(config) -> Setup:
                       rng=state_rng)
 
   def init(rng) -> TrainState:
-    params_rng, state_rng = jax.random.split(rng)
+    params_rng, state_rng = system_lib.init_rngs(rng)
     return state_of(nn.unbox(system_lib.init_variables(model, tasks, config, params_rng)), state_rng)
 
   # ---- Shapes and shardings ---------------------------------------------------

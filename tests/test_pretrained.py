@@ -316,6 +316,8 @@ def test_the_lit_recipe_starts_at_the_reference_and_keeps_the_locked_tower(tmp_p
   from conftest import ROOT, set_fields  # pylint: disable=g-import-not-at-top
   from mural import export  # pylint: disable=g-import-not-at-top
   from mural import train  # pylint: disable=g-import-not-at-top
+  from mural import warm_start  # pylint: disable=g-import-not-at-top
+  from mural.data import vocab  # pylint: disable=g-import-not-at-top
   weights = write_hf_bert(tmp_path / "hf", cased_vocab, lower_case=False, seed=2)
   keras_model = _keras_model("EfficientNetB0", 32)
   randomize_keras(keras_model)
@@ -344,7 +346,19 @@ def test_the_lit_recipe_starts_at_the_reference_and_keeps_the_locked_tower(tmp_p
   cls /= np.linalg.norm(cls, axis=-1, keepdims=True)
   assert _relative(model.embed_texts(TEXTS), cls) < 1e-4
 
-  state = train.train_and_evaluate(config, workdir, evaluators=[])["state"]
+  # The export holds the variables the run starts from: the trainer's initialisation (heads
+  # included), then the warm start.
+  setup = train.build(config)
+  warm = warm_start.match(setup.abstract_state, config, vocab.wordpiece_path(config, workdir))
+  first = warm.apply(setup.init_state(jax.random.PRNGKey(config.seed)))
+  exported, _ = saved_variables.read_variables(str(tmp_path / "run" / "export" / "step_0"))
+  for collection in ("params", "batch_stats"):
+    want = saved_variables.flat(getattr(first, collection))
+    assert saved_variables.flat(exported[collection]).keys() == want.keys()
+    for name, value in saved_variables.flat(exported[collection]).items():
+      np.testing.assert_array_equal(value, np.asarray(want[name]), err_msg=f"{collection}/{name}")
+
+  state = train.train_and_evaluate(config, workdir, evaluators=[], setup=setup)["state"]
   start, _ = saved_variables.read_variables(str(imported))
   trained = {c: saved_variables.flat(getattr(state, c)) for c in ("params", "batch_stats")}
   for name, value in saved_variables.flat(start).items():
