@@ -208,12 +208,13 @@ def _setup_for(config, setup: Optional[Setup]) -> Setup:
   return setup
 
 
-def input_pipeline(config, setup: Setup, workdir: str):
-  """(tokenizer, this process's training iterator)."""
+def input_pipeline(config, setup: Setup, workdir: str, sources=None):
+  """(tokenizer, this process's training iterator), from `sources` if opened already
+  (pipeline.open_train_sources)."""
   tokenizer = vocab.tokenizer(config, system_lib.vocabulary_tasks(setup.system, config), workdir)
   return tokenizer, pipeline.build_train_iterator(
       config, setup.tasks, tokenizer, process_index=jax.process_index(),
-      process_count=jax.process_count())
+      process_count=jax.process_count(), sources=sources)
 
 
 def _device_batch(local: Dict[str, Dict[str, Any]], shapes, data_sharding):
@@ -300,16 +301,20 @@ def train_and_evaluate(config, workdir: str, *, train_iter: Optional[Iterator] =
   stopper = checkpointing.EarlyStopping(es.metric, es.patience, es.mode) if es.metric else None
   checkpoints = checkpointing.Checkpoints(workdir, config.keep_checkpoints, track_best=stopper is not None)
   ended = _run_ended_at(config, checkpoints, checkpoints.latest_step())
-  warm = None  # A warm start's source is read and matched first: a bad one fails before compiling.
+  # A warm start's source and the data sources are read and checked first: a bad one fails in
+  # seconds, before the step is traced and compiled.
+  warm = None
   if config.init_from and checkpoints.latest_step() is None:
     warm = warm_start.match(setup.abstract_state, config, vocab.wordpiece_path(config, workdir))
+  sources = None if train_iter is not None else pipeline.open_train_sources(
+      config, setup.tasks, process_index=jax.process_index(), process_count=jax.process_count())
   compiling = None if ended else compile_train_step_in_background(setup)
   train_step = jit_train_step(setup)
 
   # ---- Input pipeline -------------------------------------------------------
   tokenizer = None
   if train_iter is None:
-    tokenizer, train_iter = input_pipeline(config, setup, workdir)
+    tokenizer, train_iter = input_pipeline(config, setup, workdir, sources)
   if evaluators is None:
     tokenizer = tokenizer or vocab.tokenizer(
         config, system_lib.vocabulary_tasks(setup.system, config), workdir)

@@ -1,7 +1,8 @@
 """The training input: one batch per task per step, for any system's tasks.
 
-`build_train_iterator(config, tasks, tokenizer, process_index=, process_count=, seed=)`
-returns a `TrainIterator`; `next(it)` is `{task name: {key: NumPy array}}`,
+`build_train_iterator(config, tasks, tokenizer, process_index=, process_count=, seed=,
+sources=)` returns a `TrainIterator` (`sources`: `open_train_sources`' for the same
+tasks, opened earlier so that a bad source fails early); `next(it)` is `{task name: {key: NumPy array}}`,
 this process's part of each task's global batch, with the keys and fixed
 shapes of the task's record kind (mural/data/inputs.py; e.g. image-text:
 'image', 'text_ids', 'text_mask', 'valid', plus 'lang' for the host), ready
@@ -496,16 +497,27 @@ def _open_sources(task, config, process_index, process_count) -> List[_Source]:
   return out
 
 
+def open_train_sources(config, tasks: Sequence, *, process_index: int = 0,
+                       process_count: int = 1) -> Dict[str, List[_Source]]:
+  """Every task's training sources, opened and checked (a fraction of a second on paths that
+  exist): the trainer opens them before it traces the step, so that a missing path or a bad
+  record is an error in seconds, not after the trace."""
+  return {task.name: _open_sources(task, config, process_index, process_count) for task in tasks}
+
+
 def build_train_iterator(config, tasks: Sequence, tokenizer, *, process_index: int = 0,
-                         process_count: int = 1, seed: Optional[int] = None) -> TrainIterator:
-  """The training stream of this process for `tasks` (see the module docstring)."""
+                         process_count: int = 1, seed: Optional[int] = None,
+                         sources: Optional[Dict[str, List[_Source]]] = None) -> TrainIterator:
+  """The training stream of this process for `tasks` (see the module docstring), from `sources`
+  (open_train_sources' for the same tasks and process) or from sources it opens."""
   seed = config.seed if seed is None else seed
+  if sources is None:
+    sources = open_train_sources(config, tasks, process_index=process_index, process_count=process_count)
   streams = []
   for k, task in enumerate(tasks):
     batch = _per_process(task.batch_size, process_count, f"tasks.{task.name}.batch_size")
     task_seed = [int(seed), process_index * len(tasks) + k]
-    streams.append(_Task(task.name, task.input, batch, tokenizer,
-                         _open_sources(task, config, process_index, process_count), task_seed, config.data,
+    streams.append(_Task(task.name, task.input, batch, tokenizer, sources[task.name], task_seed, config.data,
                          bool(getattr(task, "one_source_per_batch", False))))
   fingerprint = dict(seed=int(seed), process_index=process_index, process_count=process_count,
                      sources={t.name: [s.name for s in t.sources] for t in streams})
