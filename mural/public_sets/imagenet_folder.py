@@ -2,7 +2,8 @@
 
 The folder holds one subfolder of images per class, as ImageNet's val set is laid out for
 torchvision's ImageFolder: the sorted subfolder names are the classes and their order the label
-ids; images are found at any depth below them. Beside the subfolders, per language, CLIP_benchmark's
+ids; images are found at any depth below them. Subfolders named by integers, as ImageNet-V2's
+0..999 (each its class index), sort by value: in text order '10' would take label 2. Beside the subfolders, per language, CLIP_benchmark's
 own files (clip_benchmark/datasets/), keyed by dataset name:
 
   <lang>_classnames.json                       {"imagenet1k": [name of label 0, name of label 1, ...]}
@@ -37,12 +38,18 @@ DEFAULT_TEMPLATES = ("itap of a {c}.", "a bad photo of the {c}.", "a origami {c}
                      "a {c} in a video game.", "art of the {c}.", "a photo of the small {c}.")
 
 
+def _class_order(names) -> list:
+  """ImageFolder's order (sorted names), except all-integer names (ImageNet-V2's), by value."""
+  names = list(names)
+  return sorted(names, key=int) if names and all(n.isdecimal() for n in names) else sorted(names)
+
+
 def _images(folder: str, log):
   """(class subfolder names, image paths, labels) as ImageFolder reads them; names starting with
   '.' are skipped (a notebook's checkpoints folder is no class)."""
   if not os.path.isdir(folder):
     raise ValueError(f"imagenet_folder: {folder!r} is not a folder (expected one subfolder of images per class)")
-  classes = sorted(e.name for e in os.scandir(folder) if e.is_dir() and not e.name.startswith("."))
+  classes = _class_order(e.name for e in os.scandir(folder) if e.is_dir() and not e.name.startswith("."))
   if not classes:
     raise ValueError(f"imagenet_folder: {folder} has no class subfolders (expected one subfolder of images "
                      "per class, as ImageNet's val set)")
@@ -120,7 +127,7 @@ def _class_names(path: str, subfolders: list, folder: str) -> list:
   if not _strings(names) or len(names) != len(subfolders):
     got = f"{len(names)} class names" if _strings(names) else f"a {type(names).__name__}"
     raise ValueError(f"{path}: {got} for the {len(subfolders)} class subfolders of {folder} (expected one "
-                     "name per subfolder, in sorted subfolder order, or a dict of subfolder -> name)")
+                     "name per subfolder, in the subfolders' order, or a dict of subfolder -> name)")
   return names
 
 
