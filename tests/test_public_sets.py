@@ -34,6 +34,13 @@ def test_xtd_reads_the_release_and_says_what_is_missing(tmp_path):
   assert sorted(data.captions) == ["en", "ja"]  # The release's 'jp' is Japanese.
   assert data.images == [str(tmp_path / "coco" / "train2014" / m) for m in names]
   assert data.captions["ja"][2] == "jp caption 2"
+  flat = tmp_path / "flat"  # COCO's images all in one folder.
+  flat.mkdir()
+  for m in names:
+    (tmp_path / "coco" / "train2014" / m).rename(flat / m)
+  assert xtd.read(str(tmp_path), str(flat)).images == [str(flat / m) for m in names]
+  for m in names:
+    (flat / m).rename(tmp_path / "coco" / "train2014" / m)
   (tmp_path / "coco" / "train2014" / names[3]).unlink()
   with pytest.raises(ValueError, match=rf"^XTD10: 1 of its 6 images are not in .*e\.g\. {names[3]}"):
     xtd.read(str(tmp_path), str(tmp_path / "coco"))
@@ -185,7 +192,8 @@ def test_mscoco_scores_chinese_on_coco_cns_own_test_split_when_its_release_is_be
     public_sets.SETS["mscoco"].read(str(tmp_path), str(coco), lines.append)
   captions.write_text(text, encoding="utf-8")
   (coco / "train2014" / f"{ids[2]}.jpg").unlink()
-  with pytest.raises(ValueError, match=r"COCO-CN .*split 'test': 1 of its 3 image files are missing"):
+  with pytest.raises(ValueError, match=rf"COCO-CN .*split 'test': 1 of its 3 image files are missing, "
+                                       rf"e\.g\. .*train2014/{ids[2]}\.jpg"):
     public_sets.SETS["mscoco"].read(str(tmp_path), str(coco), lines.append)
   captions.unlink()
   with pytest.raises(ValueError, match=r"COCO-CN: .*imageid.human-written-caption.txt does not exist"):

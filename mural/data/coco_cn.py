@@ -6,8 +6,8 @@ Layout (the release, coco-cn-version1805v1.1/, given on request at github.com/li
                                                          (COCO_val2014_000000000042)
   imageid.human-written-caption.txt   <image id>#<k>\\t<sentence>: the k-th sentence written for it
   (imageid.manually-translated-caption.txt, imageid.human-written-tags.txt, ...: not read here)
-Its images are COCO 2014's, in the user's COCO folder as COCO's zips unpack:
-<images>/train2014/<id>.jpg or <images>/val2014/<id>.jpg, as the id's middle part says.
+Its images are COCO 2014's, <id>.jpg in the user's COCO folder as COCO's zips unpack
+(train2014/, val2014/) or all in one (image_files.coco_2014_file).
 """
 
 import os
@@ -27,12 +27,6 @@ def find(folder: str, split: str = "test") -> Optional[str]:
     if os.path.isfile(os.path.join(candidate, SPLIT_FILE.format(split=split))):
       return candidate
   return None
-
-
-def _image_path(images: str, image_id: str) -> str:
-  """COCO_val2014_000000000042 -> <images>/val2014/COCO_val2014_000000000042.jpg."""
-  parts = image_id.split("_")
-  return os.path.join(images, parts[1] if len(parts) == 3 else "", f"{image_id}.jpg")
 
 
 def eval_data(folder: str, images: str, split: str = "test") -> image_files.EvalData:
@@ -68,6 +62,6 @@ def eval_data(folder: str, images: str, split: str = "test") -> image_files.Eval
   if absent:
     raise ValueError(f"COCO-CN: {caption_file} has no sentence for {len(absent)} of the {len(ids)} images of "
                      f"{split_file}, e.g. {absent[0]}")
-  captions = [image_files.Caption(_image_path(images, i), text, "zh")
+  captions = [image_files.Caption(image_files.coco_2014_file(images, f"{i}.jpg"), text, "zh")
               for i in ids for _, text in sorted(sentences[i])]
   return image_files.eval_data(captions, split, ["zh"], f"COCO-CN ({images}: train2014/, val2014/)")

@@ -28,6 +28,20 @@ class Caption:
   lang: str
 
 
+COCO_2014_FOLDERS = ("train2014", "val2014")  # As COCO's zips unpack; XTD10 and COCO-CN name their files.
+
+
+def coco_2014_file(images: str, file_name: str) -> str:
+  """The file of a COCO 2014 image name (COCO_val2014_000000000042.jpg) in a user's folder: the
+  folder that holds train2014/ and val2014/, or the images all in one. Where it is in neither, the
+  path it would have under its own subfolder (for the caller's missing-image message)."""
+  for candidate in (os.path.join(images, sub, file_name) for sub in COCO_2014_FOLDERS + ("",)):
+    if os.path.exists(candidate):
+      return candidate
+  own = next((sub for sub in COCO_2014_FOLDERS if f"_{sub}_" in file_name), "")
+  return os.path.join(images, own, file_name)
+
+
 def dataset(captions: Sequence[Caption], title: str, process_index: int, process_count: int):
   """tf.data of {'image': encoded bytes, 'caption', 'lang'} in `captions`' order; the k-th image
   (in order of first appearance) and all its captions go to process k % count. A missing image

@@ -12,7 +12,9 @@ The release's folder is read as it is (every test_1kcaptions_*.txt under it; 'jp
 import dataclasses
 import os
 import pathlib
-from typing import Dict, List, Optional
+from typing import Dict, List
+
+from mural.data import image_files
 
 IMAGE_NAMES = "test_image_names.txt"
 CAPTIONS = "test_1kcaptions_"
@@ -28,15 +30,6 @@ class XTD:
 def _lines(path: pathlib.Path) -> List[str]:
   with open(path, encoding="utf-8") as f:
     return [line.rstrip("\r\n") for line in f]
-
-
-def _image_path(coco: str, name: str) -> Optional[str]:
-  """The file of a COCO 2014 name in the user's folder: as it is, or under train2014/ / val2014/."""
-  for candidate in (name, os.path.join("train2014", name), os.path.join("val2014", name)):
-    path = os.path.join(coco, candidate)
-    if os.path.exists(path):
-      return path
-  return None
 
 
 def read(folder: str, coco_images: str, languages=None) -> XTD:
@@ -65,8 +58,8 @@ def read(folder: str, coco_images: str, languages=None) -> XTD:
     raise ValueError(f"XTD10: no {CAPTIONS}<lang>.txt for {missing_langs or 'any language'} under {folder}")
   if not os.path.isdir(coco_images):
     raise ValueError(f"XTD10: the COCO images folder {coco_images} does not exist")
-  paths = [_image_path(coco_images, n) for n in names]
-  absent = [n for n, p in zip(names, paths) if p is None]
+  paths = [image_files.coco_2014_file(coco_images, n) for n in names]
+  absent = [n for n, p in zip(names, paths) if not os.path.exists(p)]
   if absent:
     raise ValueError(f"XTD10: {len(absent)} of its {len(names)} images are not in {coco_images} (nor its "
                      f"train2014/, val2014/), e.g. {absent[0]}: XTD10 is scored on all of them")
