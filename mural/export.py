@@ -101,14 +101,17 @@ def untrained_variables(config, model, tasks, abstract, workdir: str) -> Dict[st
   from mural import system as system_lib  # pylint: disable=g-import-not-at-top
   from mural import warm_start  # pylint: disable=g-import-not-at-top
   from mural.data import vocab  # pylint: disable=g-import-not-at-top
-  initial = jax.jit(lambda rng: nn.unbox(system_lib.init_variables(model, tasks, config, rng)),
-                    compiler_options=system_lib.init_compiler_options())(
-                        system_lib.init_rngs(jax.random.PRNGKey(config.seed))[0])
-  variables = {"params": initial["params"], "batch_stats": initial.get("batch_stats", {})}
   epath.Path(workdir).mkdir(parents=True, exist_ok=True)
   vocab.learn(config, tasks, workdir)
   warm = warm_start.match(types.SimpleNamespace(**abstract), config, vocab.wordpiece_path(config, workdir))
-  return {collection: warm.filled(collection, tree) for collection, tree in variables.items()}
+
+  def init(rng):  # What the warm start fills is left out (WarmStart.leaving_out), as the trainer does.
+    v = nn.unbox(system_lib.init_variables(model, tasks, config, rng))
+    return {c: warm.leaving_out(c, v.get(c, {}), lambda leaf: jnp.zeros((), leaf.dtype)) for c in abstract}
+
+  initial = jax.jit(init, compiler_options=system_lib.init_compiler_options())(
+      system_lib.init_rngs(jax.random.PRNGKey(config.seed))[0])
+  return {c: warm.filled(c, tree, like=abstract[c]) for c, tree in initial.items()}
 
 
 def check_fits(variables, abstract, what: str) -> None:

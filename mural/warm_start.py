@@ -71,19 +71,35 @@ class WarmStart(NamedTuple):
   arrays: Dict[str, np.ndarray]  # 'params/<name>' or 'batch_stats/<name>' -> the source's array.
   report: Dict[str, List[str]]  # {'loaded', 'initialised', 'unused'} array names.
 
-  def filled(self, collection: str, tree, place=lambda value, leaf: value):
-    """tree (a state's params or batch_stats) with the matched arrays, each in its leaf's dtype and
-    put in place by `place(value, leaf)` (default: as a host array)."""
-    def one(path, leaf):
+  def filled(self, collection: str, tree, place=lambda value, leaf: value, like=None):
+    """tree (a state's params or batch_stats) with the matched arrays, each in the dtype of its leaf
+    in `like` (default: `tree`; abstract leaves where `tree` holds stand-ins, see `leaving_out`) and
+    put in place by `place(value, that leaf)` (default: as a host array)."""
+    def one(path, leaf, *model):
       value = self.arrays.get(f"{collection}/{_name(path)}")
-      return leaf if value is None else place(np.asarray(value, leaf.dtype), leaf)
-    return jax.tree_util.tree_map_with_path(one, tree)
+      target = model[0] if model else leaf
+      return leaf if value is None else place(np.asarray(value, target.dtype), target)
+    return jax.tree_util.tree_map_with_path(one, tree, *([] if like is None else [like]))
 
-  def apply(self, state):
-    """state with the matched arrays, each placed with the state's sharding (each process its shards)."""
+  def leaving_out(self, collection: str, tree, stand_in: Callable[[Any], Any]):
+    """tree with each leaf this warm start fills replaced by stand_in(leaf). An initialising program
+    that returns stand-ins for them computes only the rest: XLA drops the initialisers of what it
+    does not return, so an imported tower is neither compiled nor drawn at random."""
+    return jax.tree_util.tree_map_with_path(
+        lambda path, leaf: stand_in(leaf) if f"{collection}/{_name(path)}" in self.arrays else leaf, tree)
+
+  def state_leaving_out(self, state, stand_in: Callable[[Any], Any]):
+    """`leaving_out` on a TrainState's params and batch_stats (of values, or of their shardings)."""
+    return state.replace(params=self.leaving_out("params", state.params, stand_in),
+                         batch_stats=self.leaving_out("batch_stats", state.batch_stats, stand_in))
+
+  def apply(self, state, like=None):
+    """state with the matched arrays, each placed with the sharding of its leaf in `like` (default:
+    state; an abstract state with shardings where `state` holds stand-ins), each process its shards."""
+    like = state if like is None else like
     place = lambda value, leaf: jax.make_array_from_callback(leaf.shape, leaf.sharding, lambda index: value[index])
-    return state.replace(params=self.filled("params", state.params, place),
-                         batch_stats=self.filled("batch_stats", state.batch_stats, place))
+    return state.replace(params=self.filled("params", state.params, place, like.params),
+                         batch_stats=self.filled("batch_stats", state.batch_stats, place, like.batch_stats))
 
 
 def _name(path) -> str:

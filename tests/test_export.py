@@ -397,6 +397,20 @@ def test_warm_start_first_loss_is_the_trained_models(trained, tmp_path, monkeypa
   for name, value in got.items():
     np.testing.assert_array_equal(value, source[name] if name.endswith("_tower") or "_tower/" in name
                                   else initial[name])
+  # The trainer's init with that warm start leaves the towers out of its program: their values
+  # come from the export, and every other value (heads, optimizer state, rng) is what the init
+  # without a warm start draws, bit for bit.
+  warm = warm_start.match(setup.abstract_state, config, trained.config.data.vocab_path)
+  key = jax.random.PRNGKey(3)
+  started, plain = jax.device_get(setup.init_state(key, warm)), jax.device_get(setup.init_state(key))
+  for collection in ("params", "batch_stats"):
+    from_export = export.flat(export.read_variables(trained.export_dir)[0][collection])
+    fresh_values = export.flat(getattr(plain, collection))
+    for name, value in export.flat(getattr(started, collection)).items():
+      want = from_export[name] if name.split("/")[0].endswith("_tower") else fresh_values[name]
+      np.testing.assert_array_equal(value, want, err_msg=f"{collection}/{name}")
+  jax.tree.map(np.testing.assert_array_equal, (started.opt_state, started.rng, started.step),
+               (plain.opt_state, plain.rng, plain.step))
   # The token table goes with its vocabulary: another is an error; the source's (here the file
   # the export copied) loads.
   lines = pathlib.Path(trained.config.data.vocab_path).read_text().splitlines()

@@ -350,7 +350,7 @@ def test_the_lit_recipe_starts_at_the_reference_and_keeps_the_locked_tower(tmp_p
   # included), then the warm start.
   setup = train.build(config)
   warm = warm_start.match(setup.abstract_state, config, vocab.wordpiece_path(config, workdir))
-  first = warm.apply(setup.init_state(jax.random.PRNGKey(config.seed)))
+  first = setup.init_state(jax.random.PRNGKey(config.seed), warm)
   exported, _ = saved_variables.read_variables(str(tmp_path / "run" / "export" / "step_0"))
   for collection in ("params", "batch_stats"):
     want = saved_variables.flat(getattr(first, collection))

@@ -101,7 +101,7 @@ def test_end_to_end_outputs(uninterrupted):
   # the compile thread ran no import statement, so a module that swaps builtins.__import__
   # meanwhile (etils.epy.lazy_imports) cannot reach it. Tracing there ran dozens.
   assert result["thread_imports"] == []
-  assert setup.jitted_init._cache_size() == 0  # The init program, needed once, was freed.
+  assert [j._cache_size() for j in setup.jitted_inits.values()] == [0]  # The init program, needed once, was freed.
   assert result["eval"]["en/mR"] == scores["en/mR"]
   assert (workdir / "vocab.txt").exists() is False  # vocab_path given: nothing learned here.
   traces = list(workdir.glob("plugins/profile/*/*.xplane.pb"))  # Where TensorBoard looks.
