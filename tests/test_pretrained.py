@@ -332,6 +332,7 @@ def test_the_lit_recipe_starts_at_the_reference_and_keeps_the_locked_tower(tmp_p
       "data.image_size": 32, "data.eval_resize": 36, "tasks.i2t.batch_size": 4, "tasks.t2t.batch_size": 4,
       "total_steps": 3, "optim.warmup_steps": 1, "eval_every_steps": 0, "log_every_steps": 1,
       "data.shuffle_buffer": 16, "model.heads.embed_dim": 32, "model.image.conv_impl": "xla",
+      "data.autotune": False,  # Its iterator, collected in a later test, would wait for autotune's tick.
       "tasks.i2t.image_head": "i2t", "tasks.i2t.text_head": ""})
   workdir = str(tmp_path / "run")
   model = export.load(export.export(config, workdir, saved_model=False))  # Untrained: step 0.
