@@ -2,11 +2,12 @@
 
 `build_train_iterator(config, tasks, tokenizer, process_index=, process_count=, seed=,
 sources=)` returns a `TrainIterator` (`sources`: `open_train_sources`' for the same
-tasks, opened earlier so that a bad source fails early); `next(it)` is `{task name: {key: NumPy array}}`,
-this process's part of each task's global batch, with the keys and fixed
-shapes of the task's record kind (mural/data/inputs.py; e.g. image-text:
-'image', 'text_ids', 'text_mask', 'valid', plus 'lang' for the host), ready
-for `jax.make_array_from_process_local_data`. A task here is anything with
+tasks, opened earlier so that a bad source fails early); `next(it)` is
+`{task name: {key: NumPy array}}`, this process's part of each task's global
+batch, with the keys and fixed shapes of the task's record kind
+(mural/data/inputs.py; e.g. image-text: 'image', 'text_ids', 'text_mask',
+'valid', plus 'lang' for the host), ready for
+`jax.make_array_from_process_local_data`. A task here is anything with
 `name`, `input` (a RecordKind), `sources` (source configs) and `batch_size`
 (global); the pipeline knows no task by name. A task with
 `one_source_per_batch` gets each batch whole from one source, drawn by

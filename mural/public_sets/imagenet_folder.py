@@ -3,8 +3,9 @@
 The folder holds one subfolder of images per class, as ImageNet's val set is laid out for
 torchvision's ImageFolder: the sorted subfolder names are the classes and their order the label
 ids; images are found at any depth below them. Subfolders named by integers, as ImageNet-V2's
-0..999 (each its class index), sort by value: in text order '10' would take label 2. Beside the subfolders, per language, CLIP_benchmark's
-own files (clip_benchmark/datasets/), keyed by dataset name:
+0..999 (each its class index), sort by value: in text order '10' would take label 2. Beside the
+subfolders, per language, CLIP_benchmark's own files (clip_benchmark/datasets/), keyed by dataset
+name:
 
   <lang>_classnames.json                       {"imagenet1k": [name of label 0, name of label 1, ...]}
   <lang>_zeroshot_classification_templates.json  {"imagenet1k": ["a photo of a {c}.", ...]}
