@@ -148,24 +148,10 @@ def positive_ranks(queries: np.ndarray, candidates: np.ndarray, positives: np.nd
   return np.concatenate(out or [np.zeros(0, np.int64)])
 
 
-def translation_accuracy(sim: np.ndarray) -> Dict[str, float]:
-  """Translation retrieval: row i's translation is column i; percent found at rank 1.
-
-  Returns accuracy both ways (left->right over rows, right->left over columns)
-  and their mean.
-  """
-  sim = np.asarray(sim, np.float64)
-  if sim.ndim != 2 or sim.shape[0] != sim.shape[1]:
-    raise ValueError(f"translation similarity must be square, got {sim.shape}")
-  diag = np.arange(sim.shape[0])
-  l2r = 100.0 * float(np.mean(text_to_image_ranks(sim, diag) == 0))
-  r2l = 100.0 * float(np.mean(text_to_image_ranks(sim.T, diag) == 0))
-  return {"l2r_acc": l2r, "r2l_acc": r2l, "acc": (l2r + r2l) / 2}
-
-
 def translation_accuracy_from_embeddings(left: np.ndarray, right: np.ndarray) -> Dict[str, float]:
-  """translation_accuracy(left @ right.T) without the [N, N] matrix: the same ranks and ties, over
-  blocks of rows each way, so 36k sentence pairs score in bounded memory (dense: 10 GB)."""
+  """Translation retrieval between aligned rows: percent of left rows whose best right row (by dot
+  product, ties against the model) is their own, the same right to left, and the mean. Scored over
+  blocks of rows each way, so 36k sentence pairs never hold the [N, N] matrix (dense: 10 GB)."""
   left, right = np.asarray(left, np.float64), np.asarray(right, np.float64)
   if left.ndim != 2 or left.shape != right.shape:
     raise ValueError(f"translation pairs must be aligned, got {left.shape} and {right.shape}")
