@@ -13,6 +13,7 @@ seconds (trace, compile and run, placing the loaded arrays included) and each pr
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 
@@ -50,7 +51,7 @@ def child(case: str, config_file: str, source: str) -> None:
 def main():
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--config", default="configs/mural_base.py")
-  p.add_argument("--work", default="/tmp/warm_start_init", help="where the source checkpoint is written")
+  p.add_argument("--work", default="/tmp/warm_start_init", help="where the source checkpoint is written (removed at the end)")
   p.add_argument("--record", action="store_true", help="append the figures to benchmarks/results.jsonl")
   p.add_argument("--case", choices=["source", "plain", "warm"], help=argparse.SUPPRESS)  # A child's.
   args = p.parse_args()
@@ -67,6 +68,7 @@ def main():
     if case != "source":
       figures[f"{case}: init s"] = result["init s"]
       figures[f"{case}: peak RSS MiB"] = run["peak RSS MiB"]
+  shutil.rmtree(args.work, ignore_errors=True)  # The source checkpoint (3.6 GB at mural_base's size).
   if args.record:
     from results import record  # pylint: disable=g-import-not-at-top
     record("warm_start_init", figures, config=args.config,
