@@ -163,14 +163,17 @@ def learn_vocab(workdir) -> str:
     return vocab.tokenizer(config, tasks, str(workdir)).vocab_path
 
 
-def jit_vjp(f, args, cotangent):
-  """[f(*args), *its gradients w.r.t. args at `cotangent`] as one jitted program. A reference
-  computed op by op (eager, with jax.vjp) compiles each of its ~100 ops of each shape alone,
-  ~20 ms apiece; jitted, the same composition is one compile. (Under jax.enable_x64(True),
-  float64 arrays in, float64 out.)"""
+def jit_vjp(f, args, cotangent, has_aux: bool = False):
+  """[f(*args), *its gradients w.r.t. args at `cotangent`, *f's aux outputs (has_aux: f returns
+  (out, aux))] as one jitted program. A function or its pullback run op by op (eager, with
+  jax.vjp) compiles each of its ~100 ops of each shape alone, ~20 ms apiece; jitted, the same
+  composition is one compile. (Under jax.enable_x64(True), float64 arrays in, float64 out.)"""
   import jax  # pylint: disable=g-import-not-at-top
 
   def outputs_and_grads(args, cotangent):
+    if has_aux:
+      out, pull, aux = jax.vjp(f, *args, has_aux=True)
+      return [out, *pull(cotangent), *aux]
     out, pull = jax.vjp(f, *args)
     return [out, *pull(cotangent)]
 

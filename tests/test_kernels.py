@@ -36,6 +36,10 @@ def _vjp64(f, args, ct):
     return jit_vjp(f, [jnp.asarray(a) for a in args], jnp.asarray(ct))
 
 
+def _float32(arrays):
+  return [jnp.asarray(a, jnp.float32) for a in arrays]
+
+
 def _reference(x, scale, bias, kernel, stride):
   mean, var = jnp.mean(x, (0, 1, 2)), jnp.var(x, (0, 1, 2))
   y = jax.nn.swish((x - mean) / jnp.sqrt(var + 1e-3) * scale + bias)
@@ -54,10 +58,9 @@ def test_native_norm_act_depthwise_conv_is_the_composition(shape, k, stride):
           rng.normal(size=(k, k, 1, c))]
   ct = rng.normal(size=(shape[0], -(-shape[1] // stride), -(-shape[2] // stride), c))
   want = _vjp64(functools.partial(_reference, stride=stride), args, ct)
-  op = jax.jit(lambda *a: jax.vjp(_with_stats_as_aux(functools.partial(
-      native_ops.native_norm_act_depthwise_conv, epsilon=1e-3, stride=stride)), *a, has_aux=True))
-  got, pull, got_stats = op(*(jnp.asarray(a, jnp.float32) for a in args))
-  got = [got, *pull(jnp.asarray(ct, jnp.float32)), *got_stats]
+  op = _with_stats_as_aux(functools.partial(native_ops.native_norm_act_depthwise_conv, epsilon=1e-3,
+                                            stride=stride))
+  got = jit_vjp(op, _float32(args), jnp.asarray(ct, jnp.float32), has_aux=True)
   y = np.asarray(want[0], np.float64)
   want = [*want, y.mean((0, 1, 2)), y.var((0, 1, 2))]  # The output's statistics.
   for name, g, w in zip(("y", "dx", "d_scale", "d_bias", "d_kernel", "mean", "var"), got, want):
@@ -102,14 +105,12 @@ def test_native_expand_norm_act_depthwise_is_the_composition(shape, features, k,
   want = _vjp64(functools.partial(_expand_reference, stride=stride), args, ct)
   y = np.einsum("bhwk,kn->bhwn", args[0], args[1][0, 0])
   want_stats = [y.mean((0, 1, 2)), y.var((0, 1, 2))]
-  op = jax.jit(lambda *a: jax.vjp(_with_stats_as_aux(functools.partial(
-      native_ops.native_expand_norm_act_depthwise, epsilon=1e-3, stride=stride)), *a,
-                                  has_aux=True))
-  got, pull, got_out_stats = op(*(jnp.asarray(a, jnp.float32) for a in args))
-  got = [got, *pull(jnp.asarray(ct, jnp.float32)), *got_out_stats]
+  op = _with_stats_as_aux(functools.partial(native_ops.native_expand_norm_act_depthwise, epsilon=1e-3,
+                                            stride=stride))
+  got = jit_vjp(op, _float32(args), jnp.asarray(ct, jnp.float32), has_aux=True)
   out = np.asarray(want[0], np.float64)
   want_out_stats = [out.mean((0, 1, 2)), out.var((0, 1, 2))]  # The output's statistics.
-  got_stats = native_ops.pointwise_batch_stats(*(jnp.asarray(a, jnp.float32) for a in args[:2]))
+  got_stats = jax.jit(native_ops.pointwise_batch_stats)(*_float32(args[:2]))
   for name, g, w in zip(("y", "dx", "dw", "d_scale", "d_bias", "d_kernel", "y_mean", "y_var",
                          "mean", "var"),
                         got + list(got_stats[:2]), want + want_out_stats + want_stats):
@@ -135,10 +136,8 @@ def test_native_norm_act_squeeze_excite_is_the_composition(shape, squeezed):
           rng.normal(size=(1, 1, squeezed, c)), rng.normal(size=c)]
   ct = rng.normal(size=shape)
   want = _vjp64(_squeeze_excite_reference, args, ct)
-  op = jax.jit(lambda *a: jax.vjp(lambda *b: native_ops.native_norm_act_squeeze_excite(
-      *b, epsilon=1e-3), *a))
-  got, pull = op(*(jnp.asarray(a, jnp.float32) for a in args))
-  got = [got, *pull(jnp.asarray(ct, jnp.float32))]
+  got = jit_vjp(functools.partial(native_ops.native_norm_act_squeeze_excite, epsilon=1e-3), _float32(args),
+                jnp.asarray(ct, jnp.float32))
   names = ("out", "dy", "d_scale", "d_bias", "d_w_reduce", "d_b_reduce", "d_w_expand",
            "d_b_expand")
   for name, g, w in zip(names, got, want, strict=True):
