@@ -2,6 +2,8 @@
 independence between the two halves of a draw, its gradient, its edge cases; and BERT's attention
 dropout, one mask per example and head."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,7 +13,13 @@ from mural.models import dropout
 
 
 def _apply(rate, x, key, **kw):
-  return dropout.Dropout(rate, **kw).apply({}, x, deterministic=False, rngs={"dropout": key})
+  """The layer in training mode, as one jitted program (op by op, each op compiles alone)."""
+  return _jitted_apply(rate, tuple(kw.items()), x, key)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _jitted_apply(rate, kw, x, key):
+  return dropout.Dropout(rate, **dict(kw)).apply({}, x, deterministic=False, rngs={"dropout": key})
 
 
 def test_output_is_the_input_scaled_where_the_draws_fall_below_the_threshold():
