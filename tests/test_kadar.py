@@ -76,16 +76,19 @@ def _numeric_grad(f, x, eps=1e-6):
   return g
 
 
+# Jitted: a program each, not each op compiled alone.
+_max_hinge = jax.jit(losses.max_hinge_loss, static_argnums=2)
+
+
 @pytest.mark.parametrize("seed, margin", [(0, 0.2), (1, 0.5), (2, 1.5)])
 def test_max_hinge_matches_numpy(seed, margin):
   rng = np.random.default_rng(seed)
   x, y = rng.normal(size=(6, 4)), rng.normal(size=(6, 4))
   valid = np.array([True, True, False, True, True, True])
-  got, parts = losses.max_hinge_loss(jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32), margin,
-                                     jnp.asarray(valid))
+  got, parts = _max_hinge(jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32), margin, jnp.asarray(valid))
   np.testing.assert_allclose(float(got), np_max_hinge(x, y, margin, valid), rtol=1e-5)
   assert float(parts["x2y"]) + float(parts["y2x"]) == pytest.approx(float(got))
-  grad = jax.grad(lambda a, b: losses.max_hinge_loss(a, b, margin, jnp.asarray(valid))[0], argnums=(0, 1))
+  grad = jax.jit(jax.grad(lambda a, b: losses.max_hinge_loss(a, b, margin, jnp.asarray(valid))[0], argnums=(0, 1)))
   gx, gy = grad(jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32))
   np.testing.assert_allclose(gx, _numeric_grad(lambda a: np_max_hinge(a, y, margin, valid), x), atol=2e-5)
   np.testing.assert_allclose(gy, _numeric_grad(lambda b: np_max_hinge(x, b, margin, valid), y), atol=2e-5)
@@ -95,12 +98,12 @@ def test_max_hinge_matches_numpy(seed, margin):
 def test_max_hinge_takes_only_the_hardest_negative():
   x = np.eye(3, dtype=np.float32)
   y = np.array([[1, 0, 0], [0.6, 0.8, 0], [0, 0, 1]], np.float32)  # s(x0, y1) = 0.6: x0's hardest negative.
-  got, parts = losses.max_hinge_loss(jnp.asarray(x), jnp.asarray(y), 0.5)
+  got, parts = _max_hinge(jnp.asarray(x), jnp.asarray(y), 0.5)
   # x -> y: anchor 0: max(0, 0.5 - 1 + 0.6) = 0.1; anchor 1: 0.5 - 0.8 + 0 = 0 (its negatives score 0);
   # anchor 2: 0. y -> x: y1 against x0: 0.5 - 0.8 + 0.6 = 0.3; the rest 0.
   assert float(parts["x2y"]) == pytest.approx(0.1 / 3, abs=1e-6)
   assert float(parts["y2x"]) == pytest.approx(0.3 / 3, abs=1e-6)
-  one, _ = losses.max_hinge_loss(jnp.ones((1, 3)), jnp.ones((1, 3)), 0.5)
+  one, _ = _max_hinge(jnp.ones((1, 3)), jnp.ones((1, 3)), 0.5)
   assert float(one) == 0.0  # No negative at all.
 
 
