@@ -87,10 +87,9 @@ def test_masked_reconstruction_loss_matches_numpy():
   masked, predicted, full = (rng.normal(size=(5, 4)) for _ in range(3))
   valid = np.array([True, True, False, True, True])
   f32 = lambda a: jnp.asarray(a, jnp.float32)
-  got = losses.masked_reconstruction_loss(f32(masked), f32(predicted), f32(full), jnp.asarray(valid))
+  loss = lambda a, b, c: losses.masked_reconstruction_loss(a, b, c, jnp.asarray(valid))
+  got, grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2)))(f32(masked), f32(predicted), f32(full))
   np.testing.assert_allclose(float(got), np_masked_reconstruction(masked, predicted, full, valid), rtol=1e-5)
-  grads = jax.grad(lambda a, b, c: losses.masked_reconstruction_loss(a, b, c, jnp.asarray(valid)),
-                   argnums=(0, 1, 2))(f32(masked), f32(predicted), f32(full))
   want = [_numeric_grad(lambda x: np_masked_reconstruction(x, predicted, full, valid), masked),
           _numeric_grad(lambda x: np_masked_reconstruction(masked, x, full, valid), predicted),
           _numeric_grad(lambda x: np_masked_reconstruction(masked, predicted, x, valid), full)]
@@ -101,7 +100,7 @@ def test_masked_reconstruction_loss_matches_numpy():
   same = f32(full)
   zero = losses.masked_reconstruction_loss(same, jnp.zeros_like(same), same)
   assert float(zero) == 0.0
-  assert np.all(np.isfinite(jax.grad(lambda a: losses.masked_reconstruction_loss(a, 0 * a, same))(same)))
+  assert np.all(np.isfinite(jax.jit(jax.grad(lambda a: losses.masked_reconstruction_loss(a, 0 * a, same)))(same)))
 
 
 def np_score_triplet(s, t, margin, k, weight, valid):
@@ -138,8 +137,10 @@ def test_score_triplet_is_top_k_triplet_on_distances():
   rng = np.random.default_rng(3)
   images, texts = rng.normal(size=(6, 5)), rng.normal(size=(6, 5))
   cos = _unit(texts) @ _unit(images).T
-  got, parts = losses.score_triplet_loss(jnp.asarray(cos, jnp.float32), jnp.arange(6), 0.05, 3, 1.5)
-  _, want = losses.top_k_triplet_loss(jnp.asarray(images, jnp.float32), jnp.asarray(texts, jnp.float32), 0.05, 3)
+  got, parts = jax.jit(losses.score_triplet_loss, static_argnums=(2, 3, 4))(
+      jnp.asarray(cos, jnp.float32), jnp.arange(6), 0.05, 3, 1.5)
+  _, want = jax.jit(losses.top_k_triplet_loss, static_argnums=(2, 3))(
+      jnp.asarray(images, jnp.float32), jnp.asarray(texts, jnp.float32), 0.05, 3)
   np.testing.assert_allclose(float(parts["i2s"]), float(want["x2y"]), rtol=1e-5)
   np.testing.assert_allclose(float(parts["s2i"]), float(want["y2x"]), rtol=1e-5)
 
