@@ -156,6 +156,8 @@ def translation_accuracy_from_embeddings(left: np.ndarray, right: np.ndarray) ->
   if left.ndim != 2 or left.shape != right.shape:
     raise ValueError(f"translation pairs must be aligned, got {left.shape} and {right.shape}")
   n = left.shape[0]
+  if not n:  # Accuracy over no pair is undefined: say so rather than report NaN.
+    raise ValueError("translation pairs: none to score (0 aligned rows)")
 
   def first(queries, candidates):
     return np.concatenate([text_to_image_ranks(queries[rows] @ candidates.T, np.arange(rows.start, rows.stop)) == 0

@@ -91,6 +91,8 @@ def test_translation_accuracy():
   assert got["r2l_acc"] == pytest.approx(75.0)
   with pytest.raises(ValueError, match="aligned"):
     metrics.translation_accuracy_from_embeddings(np.zeros((2, 3)), np.zeros((3, 3)))
+  with pytest.raises(ValueError, match=r"^translation pairs: none to score \(0 aligned rows\)$"):
+    metrics.translation_accuracy_from_embeddings(np.zeros((0, 3)), np.zeros((0, 3)))
 
 
 def test_bad_indices_are_a_clear_error():
