@@ -180,6 +180,19 @@ def jit_vjp(f, args, cotangent, has_aux: bool = False):
   return jax.jit(outputs_and_grads)(list(args), cotangent)
 
 
+def numeric_grad(f, x, eps: float = 1e-6):
+  """The gradient of scalar f at array x by central differences, one element at a time: the
+  reference the losses' autodiff gradients are checked against (pass float64 x)."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+
+  g = np.zeros_like(x)
+  for idx in np.ndindex(*x.shape):
+    step = np.zeros_like(x)
+    step[idx] = eps
+    g[idx] = (f(x + step) - f(x - step)) / (2 * eps)
+  return g
+
+
 class HookedIterator:
   """Wraps a training iterator; `hook(batch)` runs on batch number `at` (1-based; None: every
   batch) and may replace it."""

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import numeric_grad
 from mural import losses
 
 
@@ -70,15 +71,6 @@ def np_transitive(txt, img, t, m, valid):
   return total / count
 
 
-def _numeric_grad(f, x, eps=1e-6):
-  g = np.zeros_like(x)
-  for idx in np.ndindex(*x.shape):
-    d = np.zeros_like(x)
-    d[idx] = eps
-    g[idx] = (f(x + d) - f(x - d)) / (2 * eps)
-  return g
-
-
 def _inputs(seed=0, n=6, d=5):
   rng = np.random.default_rng(seed)
   return rng.normal(size=(n, d)), rng.normal(size=(n, d)), np.array([1, 1, 1, 1, 1, 0], bool)[:n]
@@ -90,7 +82,7 @@ def test_nt_xent_matches_numpy_values_and_gradients():
   loss = lambda a: losses.nt_xent_loss(a, jnp.asarray(z2, jnp.float32), t, valid)[0]
   got, g = jax.jit(jax.value_and_grad(loss))(jnp.asarray(z1, jnp.float32))
   np.testing.assert_allclose(got, np_nt_xent(z1, z2, t, valid), rtol=1e-5)
-  np.testing.assert_allclose(g, _numeric_grad(lambda a: np_nt_xent(a, z2, t, valid), z1), atol=2e-4)
+  np.testing.assert_allclose(g, numeric_grad(lambda a: np_nt_xent(a, z2, t, valid), z1), atol=2e-4)
   assert np.all(np.asarray(g)[~valid] == 0)  # Padding rows get no gradient.
 
 
@@ -100,7 +92,7 @@ def test_image_caption_loss_is_infonce_on_rescaled_similarities():
   loss = lambda a: losses.image_caption_loss(jnp.asarray(img, jnp.float32), a, t, valid)[0]
   got, g = jax.jit(jax.value_and_grad(loss))(jnp.asarray(txt, jnp.float32))
   np.testing.assert_allclose(got, np_info_nce(img, txt, t, valid), rtol=1e-5)
-  np.testing.assert_allclose(g, _numeric_grad(lambda a: np_info_nce(img, a, t, valid), txt), atol=2e-4)
+  np.testing.assert_allclose(g, numeric_grad(lambda a: np_info_nce(img, a, t, valid), txt), atol=2e-4)
 
 
 def test_masked_lm_loss_counts_masked_positions_only():
@@ -163,7 +155,7 @@ def test_transitive_text_loss_matches_numpy_and_targets_are_stop_gradient():
                      for j in range(n) if j != i and valid[j])
     return total / valid.sum()
   g, g_img = jax.jit(jax.grad(loss, argnums=(0, 1)))(jnp.asarray(txt, jnp.float32), jnp.asarray(img, jnp.float32))
-  np.testing.assert_allclose(g, _numeric_grad(np_fixed_alpha, txt), atol=2e-4)
+  np.testing.assert_allclose(g, numeric_grad(np_fixed_alpha, txt), atol=2e-4)
   assert np.all(np.asarray(g_img) == 0)
 
 

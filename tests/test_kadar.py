@@ -17,8 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import (TINY_FEATURES, assert_resumes_bit_exactly, records_per_source, set_fields,
-                      tiny_word_system, train_step_lowerings, workdir_with_words)
+from conftest import (TINY_FEATURES, assert_resumes_bit_exactly, numeric_grad, records_per_source,
+                      set_fields, tiny_word_system, train_step_lowerings, workdir_with_words)
 from mural import checkpointing
 from mural import config_lib
 from mural import describe
@@ -67,15 +67,6 @@ def np_max_hinge(x, y, margin, valid):
   return one_way(s) + one_way(s.T)
 
 
-def _numeric_grad(f, x, eps=1e-6):
-  g = np.zeros_like(x)
-  for idx in np.ndindex(*x.shape):
-    step = np.zeros_like(x)
-    step[idx] = eps
-    g[idx] = (f(x + step) - f(x - step)) / (2 * eps)
-  return g
-
-
 # Jitted: a program each, not each op compiled alone.
 _max_hinge = jax.jit(losses.max_hinge_loss, static_argnums=2)
 
@@ -90,8 +81,8 @@ def test_max_hinge_matches_numpy(seed, margin):
   assert float(parts["x2y"]) + float(parts["y2x"]) == pytest.approx(float(got))
   grad = jax.jit(jax.grad(lambda a, b: losses.max_hinge_loss(a, b, margin, jnp.asarray(valid))[0], argnums=(0, 1)))
   gx, gy = grad(jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32))
-  np.testing.assert_allclose(gx, _numeric_grad(lambda a: np_max_hinge(a, y, margin, valid), x), atol=2e-5)
-  np.testing.assert_allclose(gy, _numeric_grad(lambda b: np_max_hinge(x, b, margin, valid), y), atol=2e-5)
+  np.testing.assert_allclose(gx, numeric_grad(lambda a: np_max_hinge(a, y, margin, valid), x), atol=2e-5)
+  np.testing.assert_allclose(gy, numeric_grad(lambda b: np_max_hinge(x, b, margin, valid), y), atol=2e-5)
   assert np.all(gx[2] == 0) and np.all(gy[2] == 0)  # The padding row takes no part.
 
 

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import numeric_grad
 from mural import losses
 
 
@@ -38,16 +39,6 @@ def np_margin(left, right, temperature, margin, valid):
   return _np_xent_rows(logits, valid) + _np_xent_rows(logits.T, valid)
 
 
-def _numeric_grad(f, x, eps=1e-6):
-  g = np.zeros_like(x)
-  for idx in np.ndindex(x.shape):
-    xp, xm = x.copy(), x.copy()
-    xp[idx] += eps
-    xm[idx] -= eps
-    g[idx] = (f(xp) - f(xm)) / (2 * eps)
-  return g
-
-
 @pytest.fixture
 def pairs():
   rng = np.random.default_rng(0)
@@ -76,11 +67,11 @@ def test_contrastive_gradients_match_numpy(pairs):
   gx, gy, gt = jax.grad(lambda a, b, t: losses.contrastive_loss(a, b, t, jnp.asarray(valid))[0],
                         argnums=(0, 1, 2))(jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32),
                                            jnp.float32(temperature))
-  np.testing.assert_allclose(gx, _numeric_grad(lambda a: np_contrastive(a, y, temperature, valid), x),
+  np.testing.assert_allclose(gx, numeric_grad(lambda a: np_contrastive(a, y, temperature, valid), x),
                              rtol=2e-3, atol=2e-5)
-  np.testing.assert_allclose(gy, _numeric_grad(lambda b: np_contrastive(x, b, temperature, valid), y),
+  np.testing.assert_allclose(gy, numeric_grad(lambda b: np_contrastive(x, b, temperature, valid), y),
                              rtol=2e-3, atol=2e-5)
-  want_t = _numeric_grad(lambda t: np_contrastive(x, y, t[0], valid), np.array([temperature]))[0]
+  want_t = numeric_grad(lambda t: np_contrastive(x, y, t[0], valid), np.array([temperature]))[0]
   np.testing.assert_allclose(float(gt), want_t, rtol=2e-3)
   # Padding rows get no gradient at all: they are neither anchors nor negatives.
   np.testing.assert_array_equal(np.asarray(gx)[~valid], 0.0)
@@ -94,7 +85,7 @@ def test_margin_loss_matches_numpy_values_and_gradients(pairs):
   assert set(parts) == {"l2r", "r2l"}
   g = jax.grad(lambda a: losses.additive_margin_loss(a, jnp.asarray(right, jnp.float32), 0.01, 0.3,
                                                      jnp.asarray(valid))[0])(jnp.asarray(left, jnp.float32))
-  want = _numeric_grad(lambda a: np_margin(a, right, 0.01, 0.3, valid), left)
+  want = numeric_grad(lambda a: np_margin(a, right, 0.01, 0.3, valid), left)
   np.testing.assert_allclose(g, want, rtol=5e-3, atol=1e-3)
 
 

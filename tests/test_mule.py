@@ -14,8 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import (TINY_FEATURES, assert_resumes_bit_exactly, records_per_source, set_fields,
-                      tiny_word_system, workdir_with_words)
+from conftest import (TINY_FEATURES, assert_resumes_bit_exactly, numeric_grad, records_per_source,
+                      set_fields, tiny_word_system, workdir_with_words)
 from mural import config_lib
 from mural import describe
 from mural import losses
@@ -71,15 +71,6 @@ def np_top_k_triplet(x, y, margin, k, valid):
   return one_way(d) + one_way(d.T)
 
 
-def _numeric_grad(f, x, eps=1e-6):
-  g = np.zeros_like(x)
-  for idx in np.ndindex(*x.shape):
-    step = np.zeros_like(x)
-    step[idx] = eps
-    g[idx] = (f(x + step) - f(x - step)) / (2 * eps)
-  return g
-
-
 @pytest.mark.parametrize("k", [1, 3, 10])
 def test_top_k_triplet_matches_numpy(k):
   rng = np.random.default_rng(k)
@@ -92,8 +83,8 @@ def test_top_k_triplet_matches_numpy(k):
   np.testing.assert_allclose(float(got), np_top_k_triplet(x, y, margin, k, valid), rtol=1e-5)
   assert float(parts["x2y"]) + float(parts["y2x"]) == pytest.approx(float(got))
   # Gradients, both sides, against central differences of the float64 NumPy loss.
-  np.testing.assert_allclose(gx, _numeric_grad(lambda a: np_top_k_triplet(a, y, margin, k, valid), x), atol=2e-5)
-  np.testing.assert_allclose(gy, _numeric_grad(lambda b: np_top_k_triplet(x, b, margin, k, valid), y), atol=2e-5)
+  np.testing.assert_allclose(gx, numeric_grad(lambda a: np_top_k_triplet(a, y, margin, k, valid), x), atol=2e-5)
+  np.testing.assert_allclose(gy, numeric_grad(lambda b: np_top_k_triplet(x, b, margin, k, valid), y), atol=2e-5)
   assert np.all(gx[5] == 0) and np.all(gy[5] == 0)  # The padding row takes no part.
 
 

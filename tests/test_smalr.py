@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import (assert_resumes_bit_exactly, records_per_source, set_fields,
+from conftest import (assert_resumes_bit_exactly, numeric_grad, records_per_source, set_fields,
                       tiny_word_system, workdir_with_words)
 from mural import clc
 from mural import config_lib
@@ -61,15 +61,6 @@ def tiny_smalr_config(ablation="smalr", **overrides):
   return set_fields(c, **overrides)
 
 
-def _numeric_grad(f, x, eps=1e-6):
-  g = np.zeros_like(x)
-  for idx in np.ndindex(*x.shape):
-    step = np.zeros_like(x)
-    step[idx] = eps
-    g[idx] = (f(x + step) - f(x - step)) / (2 * eps)
-  return g
-
-
 def _unit(x):
   return x / np.linalg.norm(x, axis=-1, keepdims=True)
 
@@ -90,9 +81,9 @@ def test_masked_reconstruction_loss_matches_numpy():
   loss = lambda a, b, c: losses.masked_reconstruction_loss(a, b, c, jnp.asarray(valid))
   got, grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2)))(f32(masked), f32(predicted), f32(full))
   np.testing.assert_allclose(float(got), np_masked_reconstruction(masked, predicted, full, valid), rtol=1e-5)
-  want = [_numeric_grad(lambda x: np_masked_reconstruction(x, predicted, full, valid), masked),
-          _numeric_grad(lambda x: np_masked_reconstruction(masked, x, full, valid), predicted),
-          _numeric_grad(lambda x: np_masked_reconstruction(masked, predicted, x, valid), full)]
+  want = [numeric_grad(lambda x: np_masked_reconstruction(x, predicted, full, valid), masked),
+          numeric_grad(lambda x: np_masked_reconstruction(masked, x, full, valid), predicted),
+          numeric_grad(lambda x: np_masked_reconstruction(masked, predicted, x, valid), full)]
   for g, w in zip(grads, want):
     np.testing.assert_allclose(g, w, atol=2e-5)
   assert np.all(np.asarray(grads[0])[2] == 0)  # The padding row takes no part.
@@ -128,7 +119,7 @@ def test_score_triplet_loss_matches_numpy(k):
   (got, parts), g = jax.jit(jax.value_and_grad(loss, has_aux=True))(jnp.asarray(scores, jnp.float32))
   np.testing.assert_allclose(float(got), np_score_triplet(scores, t, 0.2, k, 1.5, valid), rtol=1e-5)
   assert float(parts["i2s"]) + 1.5 * float(parts["s2i"]) == pytest.approx(float(got))
-  np.testing.assert_allclose(g, _numeric_grad(lambda s: np_score_triplet(s, t, 0.2, k, 1.5, valid), scores),
+  np.testing.assert_allclose(g, numeric_grad(lambda s: np_score_triplet(s, t, 0.2, k, 1.5, valid), scores),
                              atol=2e-5)
 
 
