@@ -161,7 +161,7 @@ def translation_accuracy_from_embeddings(left: np.ndarray, right: np.ndarray) ->
 
   def first(queries, candidates):
     return np.concatenate([text_to_image_ranks(queries[rows] @ candidates.T, np.arange(rows.start, rows.stop)) == 0
-                           for rows in _blocks(n, n)] or [np.zeros(0, bool)])
+                           for rows in _blocks(n, n)])
 
   l2r, r2l = 100.0 * float(np.mean(first(left, right))), 100.0 * float(np.mean(first(right, left)))
   return {"l2r_acc": l2r, "r2l_acc": r2l, "acc": (l2r + r2l) / 2}
